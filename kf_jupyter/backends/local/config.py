@@ -1,0 +1,36 @@
+"""Configuration of the local backend (no heavy imports)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def default_state_dir() -> Path:
+    """`$KF_JUPYTER_STATE_DIR`, else `$XDG_DATA_HOME/kf-jupyter`, else `~/.local/share/kf-jupyter`."""
+    explicit = os.environ.get("KF_JUPYTER_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "kf-jupyter"
+
+
+@dataclass
+class LocalBackendConfig:
+    """Run every rank as a local subprocess.
+
+    state_dir: where jobs live (one folder per job); shared by every kernel and the server.
+    cwd: working directory of the processes (default: the caller's at train() time).
+    python: interpreter whose environment jobs use (default: the kernel's, sys.executable).
+    """
+
+    state_dir: str | Path | None = None
+    cwd: str | Path | None = None
+    python: str | None = None
+
+    @property
+    def resolved_state_dir(self) -> Path:
+        """The state directory in use."""
+        return Path(self.state_dir).expanduser() if self.state_dir else default_state_dir()

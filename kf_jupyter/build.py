@@ -1,0 +1,264 @@
+"""Build a job in phases, as the Trainer controller does: validate -> policy -> options -> build.
+
+`build_trainjob` gives the TrainJob manifest a cluster accepts; `build_launch_plan` turns that
+same manifest into the processes a local run starts. Both are pure: no I/O, no clock reads
+except the random name suffix.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import program
+from .config import RuntimeConfig, SecretRef
+from .constants import (
+    API_VERSION,
+    CREATED_BY_LABEL,
+    CREATED_BY_VALUE,
+    FRAMEWORK_ANNOTATION,
+    GROUP,
+    TRAINER_ANNOTATION,
+    TRAINJOB_KIND,
+)
+from .errors import OptionError, RuntimeMismatchError, ValidationError
+from .options import Name, apply_options
+from .policies import OWN_ENV_PREFIX, JobShape, Payload, get_policy
+from .runtimes import Runtime
+from .trainers import BaseTrainer
+from .validation import validate_job_name
+
+
+def generate_name(prefix: str) -> str:
+    """A fresh RFC 1035 job name like `torch-3f9c2a1b`."""
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def _check_env(runtime_config: RuntimeConfig | None, policy_name: str) -> None:
+    if not runtime_config or not runtime_config.env:
+        return
+    reserved = get_policy(policy_name).reserved_env
+    for key in runtime_config.env:
+        if key in reserved:
+            raise ValidationError(
+                f"Environment variable {key} is set by the Kubeflow Trainer for the "
+                f"{policy_name} policy; a job may not set it. Remove it from RuntimeConfig.env "
+                "(the trainer's num_nodes / num_proc_per_node control it)."
+            )
+        if key.startswith(OWN_ENV_PREFIX):
+            raise ValidationError(
+                f"Environment variable {key} is reserved for kf-jupyter's own runner "
+                f"(names starting with {OWN_ENV_PREFIX}). Rename it."
+            )
+
+
+def _env_list(env: Mapping[str, str | SecretRef] | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for key, value in (env or {}).items():
+        if isinstance(value, SecretRef):
+            out.append(
+                {"name": key, "valueFrom": {"secretKeyRef": {"name": value.name, "key": value.key}}}
+            )
+        else:
+            out.append({"name": key, "value": value})
+    return out
+
+
+def job_shape(trainer: BaseTrainer, runtime: Runtime, name: str) -> JobShape:
+    """Nodes, processes per node and GPUs per node for this trainer on this runtime."""
+    resources = trainer.resources()
+    nproc = trainer.procs_per_node or runtime.num_proc_per_node
+    if nproc is None and trainer.policy == "torch":
+        gpus = resources.get("nvidia.com/gpu")
+        cpu = resources.get("cpu")
+        if gpus:
+            nproc = max(1, math.ceil(float(gpus)))
+        elif cpu:
+            c = cpu[:-1] if cpu.endswith("m") else cpu
+            nproc = max(1, math.ceil(float(c) / (1000 if cpu.endswith("m") else 1)))
+    gpus = resources.get("nvidia.com/gpu")
+    return JobShape(
+        name=name,
+        num_nodes=trainer.num_nodes or runtime.num_nodes or 1,
+        num_proc_per_node=nproc,
+        gpus_per_node=int(float(gpus)) if gpus else 0,
+    )
+
+
+def build_trainjob(
+    trainer: BaseTrainer,
+    runtime: Runtime,
+    runtime_config: RuntimeConfig | None = None,
+    options: Iterable[Any] | None = (),
+    name: str | None = None,
+    backend: Any = "kubernetes",
+) -> dict[str, Any]:
+    """The TrainJob manifest (`trainer.kubeflow.org/v1alpha1`) for a trainer on a runtime."""
+    if not isinstance(trainer, BaseTrainer):
+        raise ValidationError(
+            f"trainer must be a TorchTrainer, MPITrainer, JAXTrainer or XGBoostTrainer, got "
+            f"{type(trainer).__name__}."
+        )
+    if runtime_config is not None and not isinstance(runtime_config, RuntimeConfig):
+        raise ValidationError(
+            f"runtime_config must be a RuntimeConfig, got {type(runtime_config).__name__}."
+        )
+    if not runtime.fits(trainer):
+        raise RuntimeMismatchError(
+            f"Runtime {runtime.name!r} (framework {runtime.framework!r}, policy "
+            f"{runtime.ml_policy!r}) does not fit {type(trainer).__name__}, which runs on "
+            f"{list(trainer.supported_frameworks)}. Choose a runtime of that framework."
+        )
+    options = list(options or [])
+    if name is not None:
+        validate_job_name(name)
+        if any(isinstance(o, Name) for o in options):
+            raise OptionError("A job name was given both as name= and as a Name option; keep one.")
+    policy = get_policy(trainer.policy)
+    _check_env(runtime_config, policy.name)
+    job_name = name or generate_name(trainer.framework)
+    job_shape(trainer, runtime, job_name)
+
+    spec_trainer: dict[str, Any] = {}
+    if trainer.image:
+        spec_trainer["image"] = trainer.image
+    if trainer.func is not None:
+        fs = program.function_source(trainer.func)
+        rc = runtime_config or RuntimeConfig()
+        payload = Payload(
+            source=fs.source,
+            func_name=fs.name,
+            args_json=program.encode_args(trainer.func_args),
+            runner=program.runner_source(),
+            packages=tuple(rc.packages),
+            index_urls=tuple(rc.index_urls),
+        )
+        spec_trainer["command"] = ["bash", "-c", policy.script(trainer, payload)]
+    if trainer.num_nodes is not None:
+        spec_trainer["numNodes"] = trainer.num_nodes
+    if trainer.procs_per_node is not None:
+        spec_trainer["numProcPerNode"] = trainer.procs_per_node
+    resources = trainer.resources()
+    if resources:
+        spec_trainer["resourcesPerNode"] = {"limits": dict(resources), "requests": dict(resources)}
+    env = _env_list(runtime_config.env if runtime_config else None)
+    if env:
+        spec_trainer["env"] = env
+
+    job: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": TRAINJOB_KIND,
+        "metadata": {
+            "name": job_name,
+            "labels": {CREATED_BY_LABEL: CREATED_BY_VALUE},
+            "annotations": {
+                FRAMEWORK_ANNOTATION: runtime.framework
+                if runtime.framework != "unknown"
+                else trainer.framework,
+                TRAINER_ANNOTATION: type(trainer).__name__,
+            },
+        },
+        "spec": {
+            "runtimeRef": {"name": runtime.name, "apiGroup": GROUP, "kind": runtime.kind},
+            "trainer": spec_trainer,
+        },
+    }
+    apply_options(job, options, trainer, backend)
+    validate_job_name(job["metadata"]["name"])
+    if not job["spec"]["trainer"]:
+        del job["spec"]["trainer"]
+    return job
+
+
+@dataclass
+class LaunchProcess:
+    """One process of a local run: argv, the environment it adds, secret env to resolve."""
+
+    name: str
+    node_index: int
+    argv: list[str]
+    env: dict[str, str]
+    secret_env: dict[str, SecretRef] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class LaunchPlan:
+    """What a local run starts: the processes, in the order they start."""
+
+    job_name: str
+    policy: str
+    shape: JobShape
+    processes: list[LaunchProcess]
+    deadline_seconds: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A printable form: secret values are never in it, only where they come from."""
+        return {
+            "job": self.job_name,
+            "policy": self.policy,
+            "num_nodes": self.shape.num_nodes,
+            "num_proc_per_node": self.shape.num_proc_per_node,
+            "processes": [
+                {
+                    "name": p.name,
+                    "argv": [
+                        a if len(a) < 200 else a[:80] + f"... ({len(a)} chars)" for a in p.argv
+                    ],
+                    "env": dict(p.env),
+                    "secret_env": {
+                        k: f"<Secret {v.name}/{v.key}: from the kernel's ${k}>"
+                        for k, v in p.secret_env.items()
+                    },
+                }
+                for p in self.processes
+            ],
+            "deadline_seconds": self.deadline_seconds,
+        }
+
+
+def build_launch_plan(
+    job: Mapping[str, Any],
+    trainer: BaseTrainer,
+    runtime: Runtime,
+    port: int,
+    job_dir: str,
+) -> LaunchPlan:
+    """The local processes for a TrainJob manifest built by `build_trainjob`.
+
+    Each process runs the manifest's own command and args, with `trainer.env` and the policy's
+    environment (hosts mapped to 127.0.0.1, the given free port). kf-jupyter's own variables
+    (work dir, per-rank logs, result file) are added by the local backend.
+    """
+    job = copy.deepcopy(dict(job))
+    spec = job.get("spec", {})
+    st = spec.get("trainer", {})
+    name = job["metadata"]["name"]
+    argv = list(st.get("command") or []) + list(st.get("args") or [])
+    if not argv:
+        raise ValidationError(
+            f"Job {name!r} has no command to run locally: give the trainer a func, or a "
+            "TrainerCommand option."
+        )
+    shape = job_shape(trainer, runtime, name)
+    policy = get_policy(trainer.policy)
+    user_env: dict[str, str] = {}
+    secret_env: dict[str, SecretRef] = {}
+    for item in st.get("env") or []:
+        if "valueFrom" in item:
+            ref = item["valueFrom"].get("secretKeyRef") or {}
+            secret_env[item["name"]] = SecretRef(ref.get("name", ""), ref.get("key", ""))
+        else:
+            user_env[item["name"]] = item.get("value", "")
+    processes = []
+    for ps in policy.local_processes(shape, port, job_dir):
+        env = dict(user_env)
+        env.update(ps.env)
+        processes.append(
+            LaunchProcess(ps.name, ps.node_index, argv, env, dict(secret_env), dict(ps.files))
+        )
+    return LaunchPlan(name, policy.name, shape, processes, spec.get("activeDeadlineSeconds"))

@@ -1,0 +1,165 @@
+"""RuntimeConfig: the per-job environment (packages, pip index URLs, env), apart from the logic."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import ValidationError
+from .validation import validate_env_name, validate_env_value
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A value taken from a Kubernetes Secret (`valueFrom.secretKeyRef`), never written inline.
+
+    On the local backend the value comes from the kernel's environment variable of the same
+    name as the target variable (see docs/local-backend.md).
+    """
+
+    name: str
+    key: str
+
+    def __post_init__(self) -> None:
+        for what, v in (("name", self.name), ("key", self.key)):
+            if not isinstance(v, str) or not v or not re.match(r"^[-._a-zA-Z0-9]+$", v):
+                raise ValidationError(
+                    f"SecretRef {what} {v!r} is not valid: Secret names and keys hold letters, "
+                    "digits, '-', '_' and '.'."
+                )
+
+    def __repr__(self) -> str:
+        return f"SecretRef(name={self.name!r}, key={self.key!r})"
+
+
+_VER = r"[<>=!~]=?=?\s*[A-Za-z0-9.*+!_-]+"
+_PKG = re.compile(
+    rf"^[A-Za-z0-9][A-Za-z0-9._\-]*(\[[A-Za-z0-9._\-]+(\s*,\s*[A-Za-z0-9._\-]+)*\])?"
+    rf"\s*({_VER}(\s*,\s*{_VER})*)?$"
+)
+
+
+def validate_package(spec: str) -> str:
+    """Check a pip requirement (name, extras, version specifiers; no options, no paths)."""
+    if (
+        not isinstance(spec, str)
+        or not spec.strip()
+        or spec.lstrip().startswith("-")
+        or not _PKG.match(spec.strip())
+    ):
+        raise ValidationError(
+            f"Invalid package {spec!r}: give a pip requirement such as 'numpy', "
+            "'transformers[torch]' or 'scikit-learn>=1.4'. Options (starting with '-'), paths "
+            "and URLs are not accepted here; use pip_index_urls for other indexes."
+        )
+    return spec.strip()
+
+
+def validate_index_url(url: str) -> str:
+    """Check a pip index URL (http or https, with a host)."""
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() for c in url)
+    ):
+        raise ValidationError(
+            f"Invalid pip index URL {mask_url(url) if isinstance(url, str) else url!r}: give an "
+            "http(s) URL such as 'https://pypi.example.com/simple'."
+        )
+    return url
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by '****' (for everything printed)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None and not (parts.username and "@" in parts.netloc):
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    netloc = f"{user}:****@{host}" if parts.password is not None else f"****@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+_URL_IN_TEXT = re.compile(r"(https?://)([^/\s:@'\"]+)(:[^@\s/'\"]*)?@")
+
+
+def mask_secrets(text: str) -> str:
+    """Mask credentials of every URL found in a text (dry-run output, logs, errors)."""
+
+    def repl(m: re.Match[str]) -> str:
+        if m.group(3):
+            return f"{m.group(1)}{m.group(2)}:****@"
+        return f"{m.group(1)}****@"
+
+    return _URL_IN_TEXT.sub(repl, text)
+
+
+@dataclass
+class RuntimeConfig:
+    """Per-job environment: packages to install, pip index URLs and environment variables."""
+
+    packages_to_install: list[str] | None = None
+    pip_index_urls: list[str] | None = None
+    env: dict[str, str | SecretRef] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.packages_to_install is not None:
+            if isinstance(self.packages_to_install, str):
+                raise ValidationError(
+                    "packages_to_install must be a list of requirements, not one string: write "
+                    f"[{self.packages_to_install!r}]."
+                )
+            self.packages_to_install = [validate_package(p) for p in self.packages_to_install]
+        if self.pip_index_urls is not None:
+            if isinstance(self.pip_index_urls, str):
+                raise ValidationError(
+                    "pip_index_urls must be a list of URLs, not one string; wrap it in a list."
+                )
+            self.pip_index_urls = [validate_index_url(u) for u in self.pip_index_urls]
+        if self.env is not None:
+            if not isinstance(self.env, dict):
+                raise ValidationError("env must be a dict of name -> str or SecretRef.")
+            for k, v in self.env.items():
+                validate_env_name(k)
+                if not isinstance(v, SecretRef):
+                    validate_env_value(k, v)
+
+    @property
+    def packages(self) -> list[str]:
+        """The packages (empty list when none)."""
+        return list(self.packages_to_install or [])
+
+    @property
+    def index_urls(self) -> list[str]:
+        """The pip index URLs (empty list when none)."""
+        return list(self.pip_index_urls or [])
+
+    def __repr__(self) -> str:
+        env = None
+        if self.env is not None:
+            env = {k: (v if isinstance(v, SecretRef) else "<set>") for k, v in self.env.items()}
+        urls = [mask_url(u) for u in self.pip_index_urls] if self.pip_index_urls else None
+        return (
+            f"RuntimeConfig(packages_to_install={self.packages_to_install!r}, "
+            f"pip_index_urls={urls!r}, env={env!r})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A masked, JSON-ready form (for widgets and the server; no secret values)."""
+        return {
+            "packages_to_install": self.packages,
+            "pip_index_urls": [mask_url(u) for u in self.index_urls],
+            "env": {
+                k: ({"secret": v.name, "key": v.key} if isinstance(v, SecretRef) else v)
+                for k, v in (self.env or {}).items()
+            },
+        }

@@ -1,0 +1,44 @@
+"""API names, labels and annotations shared by every layer (no I/O)."""
+
+from __future__ import annotations
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+TRAINJOB_KIND = "TrainJob"
+TRAINJOB_PLURAL = "trainjobs"
+CLUSTER_RUNTIME_KIND = "ClusterTrainingRuntime"
+CLUSTER_RUNTIME_PLURAL = "clustertrainingruntimes"
+RUNTIME_KIND = "TrainingRuntime"
+RUNTIME_PLURAL = "trainingruntimes"
+
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+SUPPORT_LABEL = "trainer.kubeflow.org/support"
+DEPRECATED = "deprecated"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+DEFAULT_RUNTIME_ANNOTATION = "kf-jupyter.io/default"
+
+# Labels and annotations kf-jupyter puts on what it creates.
+CREATED_BY_LABEL = "kf-jupyter.io/created-by"
+CREATED_BY_VALUE = "kf-jupyter"
+FRAMEWORK_ANNOTATION = "kf-jupyter.io/framework"
+TRAINER_ANNOTATION = "kf-jupyter.io/trainer"
+
+# The manager of our runtime patches (one entry per TrainJob).
+PATCH_MANAGER = "kf-jupyter.io/kf-jupyter"
+
+# Pod selection (facts doc).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+STEP_NAMES = ("dataset-initializer", "model-initializer", "launcher", "node")
+
+TRAINER_CONTAINER = "node"
+NODE_JOB = "node"
+LAUNCHER_JOB = "launcher"
+
+DEFAULT_MASTER_PORT = 29500
+
+# Lines the runner prints.
+REPORT_PREFIX = "##kf-jupyter:report "
+RESULT_PREFIX = "##kf-jupyter:result "

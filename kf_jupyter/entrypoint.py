@@ -1,0 +1,145 @@
+"""The runner shipped inside every job (standard library only; runs on the cluster too).
+
+Usage (what the generated command runs): python3 kf_entry.py FUNC_FILE FUNC_NAME ARGS_FILE SETUP
+where SETUP is one of none, jax, xgboost. It loads the user's function from FUNC_FILE (so
+tracebacks and inspect.getsource show the user's own lines), does the framework set-up the
+Trainer leaves to user code (jax.distributed.initialize, the XGBoost tracker and communicator),
+calls the function with the JSON keyword arguments, and on global rank 0 prints the result.
+"""
+
+import json
+import os
+import sys
+import types
+
+_KFJ_REPORT = "##kf-jupyter:report "
+_KFJ_RESULT = "##kf-jupyter:result "
+
+
+def _kfj_rank():
+    for var in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "JAX_PROCESS_ID", "DMLC_TASK_ID"):
+        value = os.environ.get(var)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return int(os.environ.get("KF_JUPYTER_NODE_RANK", "0") or 0)
+
+
+def _kfj_report(step=None, progress=None, **metrics):
+    """Report progress and metrics; the monitor reads them from the logs."""
+    record = {"step": step, "progress": progress, "metrics": metrics}
+    line = _KFJ_REPORT + json.dumps(record, default=float, allow_nan=True)
+    print(line, flush=True)
+
+
+def _kfj_install_report_shim():
+    try:
+        import kf_jupyter  # noqa: F401  (the real package is installed: use it)
+    except ImportError:
+        shim = types.ModuleType("kf_jupyter")
+        shim.report = _kfj_report
+        shim.__doc__ = "kf-jupyter's in-job shim: report() only."
+        sys.modules["kf_jupyter"] = shim
+
+
+def _kfj_redirect_logs(rank):
+    log_dir = os.environ.get("KF_JUPYTER_RANK_LOG_DIR")
+    if not log_dir:
+        return
+    fd = os.open(
+        os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _kfj_jax_setup():
+    import jax
+
+    if "JAX_COORDINATOR_ADDRESS" in os.environ:
+        jax.distributed.initialize(
+            coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+            num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+            process_id=int(os.environ["JAX_PROCESS_ID"]),
+        )
+
+        def _already(*args, **kwargs):
+            return None
+
+        jax.distributed.initialize = _already
+
+
+def _kfj_call_xgboost(func, kwargs, rank):
+    uri = os.environ.get("DMLC_TRACKER_URI")
+    if not uri:
+        return func(**kwargs)
+    from xgboost import collective
+    from xgboost.tracker import RabitTracker
+
+    port = int(os.environ.get("DMLC_TRACKER_PORT", "29500"))
+    n_workers = int(os.environ.get("DMLC_NUM_WORKER", "1"))
+    tracker = None
+    if rank == 0:
+        tracker = RabitTracker(host_ip=uri, n_workers=n_workers, port=port)
+        tracker.start()
+    with collective.CommunicatorContext(
+        dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank)
+    ):
+        result = func(**kwargs)
+    if tracker is not None:
+        tracker.wait_for()
+    return result
+
+
+def _kfj_publish(result):
+    try:
+        text = json.dumps(result, allow_nan=True)
+    except (TypeError, ValueError):
+        text = json.dumps({"__repr__": repr(result)})
+    path = os.environ.get("KF_JUPYTER_RESULT_FILE")
+    if path:
+        import pickle
+
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                pickle.dump(result, fh)
+        except Exception:
+            with open(tmp, "wb") as fh:
+                pickle.dump(json.loads(text), fh)
+        os.replace(tmp, path)
+    print(_KFJ_RESULT + text, flush=True)
+
+
+def _kfj_main(argv):
+    func_file, func_name, args_file, setup = argv[1:5]
+    rank = _kfj_rank()
+    _kfj_redirect_logs(rank)
+    _kfj_install_report_shim()
+    with open(func_file, encoding="utf-8", newline="") as fh:
+        source = fh.read()
+    with open(args_file, encoding="utf-8") as fh:
+        kwargs = json.load(fh)
+    code = compile(source, func_file, "exec")
+    namespace = sys.modules["__main__"].__dict__
+    exec(code, namespace)
+    func = namespace.get(func_name)
+    if not callable(func):
+        sys.stderr.write(f"kf-jupyter: {func_file} does not define a function {func_name!r}\n")
+        return 2
+    if setup == "jax":
+        _kfj_jax_setup()
+    if setup == "xgboost":
+        result = _kfj_call_xgboost(func, kwargs, rank)
+    else:
+        result = func(**kwargs)
+    sys.stdout.flush()
+    if rank == 0:
+        _kfj_publish(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_kfj_main(sys.argv))

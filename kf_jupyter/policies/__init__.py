@@ -1,0 +1,41 @@
+"""Framework policies, one module per framework, used by both backends."""
+
+from __future__ import annotations
+
+from .base import JobShape, Payload, Policy, ProcessSpec
+from .jax import JaxPolicy
+from .mpi import MPIPolicy
+from .plain import PlainPolicy
+from .torch import TorchPolicy
+from .xgboost import XGBoostPolicy
+
+POLICIES: dict[str, Policy] = {
+    p.name: p for p in (TorchPolicy(), MPIPolicy(), JaxPolicy(), XGBoostPolicy(), PlainPolicy())
+}
+
+#: Names no user env may set, whatever the policy (kf-jupyter's own runner variables).
+OWN_ENV_PREFIX = "KF_JUPYTER_"
+
+
+def get_policy(name: str) -> Policy:
+    """The policy for an ML policy name (unknown names get the plain policy)."""
+    return POLICIES.get(name, POLICIES["plain"])
+
+
+def reserved_env() -> frozenset[str]:
+    """Every name the Trainer injects for some policy."""
+    out: set[str] = set()
+    for p in POLICIES.values():
+        out |= p.reserved_env
+    return frozenset(out)
+
+
+__all__ = [
+    "POLICIES",
+    "JobShape",
+    "Payload",
+    "Policy",
+    "ProcessSpec",
+    "get_policy",
+    "reserved_env",
+]

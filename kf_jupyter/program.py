@@ -1,0 +1,160 @@
+"""Turn a Python function into the container command, byte for byte.
+
+The Kubeflow SDK embeds the source in an unquoted heredoc, so bash rewrites `$VAR`, backticks and
+backslashes, and a line `EOM` ends it early. Here every payload (the source, the JSON arguments,
+the runner) is one single-quoted shell word written with `printf '%s'`: a single-quoted word has
+no expansions at all, and the only character that needs care, `'`, becomes `'\\''`. Any text
+without a NUL byte (which no argv can hold) arrives exactly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shlex
+import textwrap
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from .errors import ValidationError
+
+#: Linux limits one argv string (MAX_ARG_STRLEN) to 128 KiB; bash -c takes the script as one.
+MAX_SCRIPT_BYTES = 131_072 - 1
+
+
+@dataclass(frozen=True)
+class FunctionSource:
+    """A function's dedented source and name."""
+
+    source: str
+    name: str
+
+
+def function_source(func: Callable[..., Any]) -> FunctionSource:
+    """The dedented source of a named function (a function defined in a notebook cell works)."""
+    if not isinstance(func, types.FunctionType):
+        raise ValidationError(
+            f"func must be a plain Python function defined with 'def', got "
+            f"{type(func).__name__}. Wrap the callable in a def."
+        )
+    if func.__name__ == "<lambda>":
+        raise ValidationError(
+            "func is a lambda; a job needs a function defined with 'def' so its source can be "
+            "shipped. Write 'def train(...):' instead."
+        )
+    cached = getattr(func, "__kf_source__", None)
+    if isinstance(cached, str):
+        return FunctionSource(cached, func.__name__)
+    try:
+        src = inspect.getsource(func)
+    except (OSError, TypeError):
+        raise ValidationError(
+            f"The source of function {func.__name__!r} cannot be found (it was probably "
+            "defined with exec or in an interactive console that keeps no source). Define it "
+            "in a file, a notebook cell, or use the %%torchtrain cell magics."
+        ) from None
+    src = textwrap.dedent(src)
+    if func.__closure__:
+        names = ", ".join(func.__code__.co_freevars)
+        raise ValidationError(
+            f"Function {func.__name__!r} uses variables of an enclosing function ({names}); "
+            "those do not travel with the source. Define it at top level and pass values "
+            "through func_args."
+        )
+    return FunctionSource(src, func.__name__)
+
+
+def encode_args(func_args: dict[str, Any] | None) -> str:
+    """func_args as JSON (the job decodes it and calls the function with **)."""
+    try:
+        return json.dumps(func_args or {}, allow_nan=True, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"func_args cannot be sent as JSON ({exc}); pass numbers, strings, lists and dicts."
+        ) from None
+
+
+def runner_source() -> str:
+    """The text of the runner shipped in every job (kf_jupyter/entrypoint.py)."""
+    return resources.files("kf_jupyter").joinpath("entrypoint.py").read_text(encoding="utf-8")
+
+
+def quote(text: str) -> str:
+    """One single-quoted shell word that stands for exactly `text` (no NUL allowed)."""
+    if "\x00" in text:
+        raise ValidationError(
+            "The function source contains a NUL byte, which no process argument can carry. "
+            "Remove it (write '\\x00' inside a string literal instead)."
+        )
+    return shlex.quote(text)
+
+
+def pip_prelude(packages: Sequence[str], index_urls: Sequence[str]) -> str:
+    """Shell lines that install packages with pip (extras, several indexes, a missing pip).
+
+    Skipped when KF_JUPYTER_SKIP_INSTALL is set (the local backend provides the environment).
+    On failure it prints one line and the tail of pip's log, and exits 1.
+    """
+    if not packages:
+        return ""
+    idx: list[str] = []
+    for i, url in enumerate(index_urls):
+        idx += ["--index-url" if i == 0 else "--extra-index-url", url]
+    args = " ".join(quote(a) for a in [*idx, *packages])
+    what = quote(
+        "kf-jupyter: pip could not install " + " ".join(packages) + "; the end of pip's log:"
+    )
+    pip = "PIP_DISABLE_PIP_VERSION_CHECK=1 python3 -m pip install --quiet --no-warn-script-location"
+    return (
+        'if [ -z "${KF_JUPYTER_SKIP_INSTALL:-}" ]; then\n'
+        '  kfj_pip_log="$(mktemp "${TMPDIR:-/tmp}/kf-jupyter-pip.XXXXXX")"\n'
+        '  python3 -m pip --version >/dev/null 2>&1 || python3 -m ensurepip --upgrade >"$kfj_pip_log" 2>&1 || true\n'
+        f'  if ! {pip} {args} >>"$kfj_pip_log" 2>&1 && ! {pip} --user {args} >>"$kfj_pip_log" 2>&1; then\n'
+        f"    printf '%s\\n' {what} >&2\n"
+        '    tail -n 25 "$kfj_pip_log" >&2\n'
+        "    exit 1\n"
+        "  fi\n"
+        "fi\n"
+    )
+
+
+def materialise(source: str, args_json: str, runner: str, subdir: str = "") -> str:
+    """Shell lines that write the three payloads into the job's work directory, exactly."""
+    return textwrap.dedent(
+        f"""\
+        kfj_dir="${{KF_JUPYTER_WORKDIR:-}}"
+        if [ -z "$kfj_dir" ]; then kfj_dir="$(mktemp -d "${{TMPDIR:-/tmp}}/kf-jupyter.XXXXXX")"; fi
+        kfj_dir="$kfj_dir{subdir}"
+        mkdir -p "$kfj_dir"
+        """
+    ) + (
+        f"printf '%s' {quote(source)} >\"$kfj_dir/kf_func.py\"\n"
+        f"printf '%s' {quote(args_json)} >\"$kfj_dir/kf_args.json\"\n"
+        f"printf '%s' {quote(runner)} >\"$kfj_dir/kf_entry.py\"\n"
+    )
+
+
+def runner_invocation(func_name: str, setup: str) -> list[str]:
+    """The runner's arguments after the script path (shell words, already quoted)."""
+    return [
+        '"$kfj_dir/kf_entry.py"',
+        '"$kfj_dir/kf_func.py"',
+        quote(func_name),
+        '"$kfj_dir/kf_args.json"',
+        quote(setup),
+    ]
+
+
+def check_size(script: str) -> str:
+    """Refuse a script larger than one argv string can be."""
+    size = len(script.encode("utf-8", "surrogateescape"))
+    if size > MAX_SCRIPT_BYTES:
+        raise ValidationError(
+            f"The generated command is {size} bytes, more than the {MAX_SCRIPT_BYTES} one "
+            "process argument can hold. Move large data out of the function (read it from a "
+            "file or a volume) and keep the function's source small."
+        )
+    return script

@@ -1,0 +1,100 @@
+"""What backends return: jobs, steps, events and log records (plain dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+CREATED = "Created"
+RUNNING = "Running"
+COMPLETE = "Complete"
+FAILED = "Failed"
+STATUSES = (CREATED, RUNNING, COMPLETE, FAILED)
+TERMINAL = frozenset({COMPLETE, FAILED})
+
+
+@dataclass
+class Step:
+    """One process (local) or pod (kubernetes) of a job."""
+
+    name: str
+    status: str
+    rank: int | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    device: str = "cpu"
+
+
+@dataclass
+class TrainJob:
+    """A job as a backend sees it."""
+
+    name: str
+    status: str
+    backend: str
+    runtime: str = ""
+    framework: str = ""
+    num_nodes: int = 1
+    num_proc_per_node: int | None = None
+    reason: str = ""
+    message: str = ""
+    creation_time: datetime | None = None
+    completion_time: datetime | None = None
+    namespace: str | None = None
+    steps: list[Step] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (ISO 8601 times), as the server extension sends it."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "backend": self.backend,
+            "runtime": self.runtime,
+            "framework": self.framework,
+            "num_nodes": self.num_nodes,
+            "num_proc_per_node": self.num_proc_per_node,
+            "reason": self.reason,
+            "message": self.message,
+            "creation_time": self.creation_time.isoformat() if self.creation_time else None,
+            "completion_time": self.completion_time.isoformat() if self.completion_time else None,
+            "namespace": self.namespace,
+            "steps": [
+                {"name": s.name, "status": s.status, "rank": s.rank, "exit_code": s.exit_code}
+                for s in self.steps
+            ],
+            "labels": dict(self.labels),
+        }
+
+
+@dataclass
+class Event:
+    """Something that happened to a job (a Kubernetes Event, or a local state change)."""
+
+    time: datetime | None
+    type: str
+    reason: str
+    message: str
+    involved_object: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "time": self.time.isoformat() if self.time else None,
+            "type": self.type,
+            "reason": self.reason,
+            "message": self.message,
+            "object": self.involved_object,
+        }
+
+
+class LogRecord(NamedTuple):
+    """One log line and where it came from (`rank-N`, `node-N`, `launcher`)."""
+
+    source: str
+    line: str
+
+    def tagged(self) -> str:
+        """The line with its source in front, as `get_job_logs` yields it for multi-source jobs."""
+        return f"[{self.source}] {self.line}"

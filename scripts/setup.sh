@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Set up everything kf-jupyter needs on a fresh Debian machine of this kind:
+# system packages (OpenMPI, etcd, Chromium), a project-local virtualenv in .venv,
+# the package itself (editable) and the frameworks the tests and tutorials run.
+# Idempotent: a second run only checks what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${KF_PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+
+want_apt=(openmpi-bin libopenmpi-dev etcd-server chromium xz-utils)
+missing=()
+for p in "${want_apt[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: apt-get install ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+VPY=$ROOT/.venv/bin/python
+stamp=.venv/.kf-setup-stamp
+sum=$(cat pyproject.toml requirements/*.txt 2>/dev/null | sha256sum | cut -c1-16)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
+  "$VPY" -m pip install -q --upgrade pip
+  # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+  "$VPY" -m pip install -q "torch==2.13.0"
+  "$VPY" -m pip install -q -r requirements/dev.txt
+  "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
+  echo "$sum" >"$stamp"
+fi
+echo "setup: ready ($("$VPY" --version), venv at $ROOT/.venv)"
