@@ -123,17 +123,20 @@ def pip_prelude(packages: Sequence[str], index_urls: Sequence[str]) -> str:
 
 def materialise(source: str, args_json: str, runner: str, subdir: str = "") -> str:
     """Shell lines that write the three payloads into the job's work directory, exactly."""
-    return textwrap.dedent(
-        f"""\
-        kfj_dir="${{KF_JUPYTER_WORKDIR:-}}"
-        if [ -z "$kfj_dir" ]; then kfj_dir="$(mktemp -d "${{TMPDIR:-/tmp}}/kf-jupyter.XXXXXX")"; fi
-        kfj_dir="$kfj_dir{subdir}"
-        mkdir -p "$kfj_dir"
-        """
-    ) + (
-        f"printf '%s' {quote(source)} >\"$kfj_dir/kf_func.py\"\n"
-        f"printf '%s' {quote(args_json)} >\"$kfj_dir/kf_args.json\"\n"
-        f"printf '%s' {quote(runner)} >\"$kfj_dir/kf_entry.py\"\n"
+    head = (
+        'kfj_dir="${KF_JUPYTER_WORKDIR:-}"\n'
+        'if [ -z "$kfj_dir" ]; then kfj_dir="$(mktemp -d "${TMPDIR:-/tmp}/kf-jupyter.XXXXXX")"; fi\n'
+    )
+    if subdir:
+        head += f'kfj_dir="$kfj_dir{subdir}"\n'
+    return (
+        head
+        + 'mkdir -p "$kfj_dir"\n'
+        + (
+            f"printf '%s' {quote(source)} >\"$kfj_dir/kf_func.py\"\n"
+            f"printf '%s' {quote(args_json)} >\"$kfj_dir/kf_args.json\"\n"
+            f"printf '%s' {quote(runner)} >\"$kfj_dir/kf_entry.py\"\n"
+        )
     )
 
 
