@@ -1,0 +1,450 @@
+"""REST handlers of the kf-jupyter server extension (every route authenticated and authorized).
+
+Routes, under `<base_url>kf-jupyter/api/` (see docs/server.md):
+`backends`, `runtimes`, `jobs`, `jobs/<name>`, `jobs/<name>/logs`, `jobs/<name>/events`.
+Blocking backend calls run on worker threads; log streams are pumped by one thread each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+from tornado.iostream import StreamClosedError
+
+from ..errors import (
+    ClusterUnreachableError,
+    ForbiddenError,
+    JobNotFoundError,
+    KFJupyterError,
+    NamespaceNotFoundError,
+    RuntimeNotFoundError,
+    TrainerNotInstalledError,
+    ValidationError,
+)
+from ..types import LogRecord
+from ..validation import validate_job_name
+from .state import BackendUnavailableError, KFJupyterServer, validate_backend, validate_namespace
+
+API_PREFIX = "kf-jupyter/api"
+AUTH_RESOURCE = "kf_jupyter"
+_FRAMEWORK = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+#: Most records written to the client in one chunk.
+_BATCH = 2000
+#: Records buffered between a pump thread and a slow client before the pump waits.
+_QUEUE_SIZE = 10000
+_MAX_TAIL = 1_000_000
+
+
+def status_of(exc: BaseException) -> int:
+    """HTTP status of an error, per the REST contract."""
+    if isinstance(exc, ValidationError):
+        return 400
+    if isinstance(exc, ForbiddenError):
+        return 403
+    if isinstance(exc, JobNotFoundError | RuntimeNotFoundError | NamespaceNotFoundError):
+        return 404
+    if isinstance(
+        exc, ClusterUnreachableError | TrainerNotInstalledError | BackendUnavailableError
+    ):
+        return 503
+    return 500
+
+
+def error_body(exc: BaseException) -> dict[str, str]:
+    """The JSON error of the contract: the one-paragraph message and the exception class name."""
+    if isinstance(exc, KFJupyterError):
+        return {"error": str(exc), "kind": type(exc).__name__}
+    return {
+        "error": (
+            f"The kf-jupyter server extension hit an unexpected {type(exc).__name__}. The "
+            "Jupyter server log has the details; please report it if it persists."
+        ),
+        "kind": type(exc).__name__,
+    }
+
+
+class KFHandler(APIHandler):
+    """Base of every kf-jupyter handler: query parsing, the shared state, JSON errors."""
+
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def kf(self) -> KFJupyterServer:
+        """The extension's shared state."""
+        return self.settings["kf_jupyter"]
+
+    def target(self) -> tuple[str, str | None]:
+        """The (backend, namespace) the request is about."""
+        backend = validate_backend(self.get_query_argument("backend", None))
+        namespace = validate_namespace(self.get_query_argument("namespace", None))
+        return backend, namespace
+
+    async def client(self) -> Any:
+        """The TrainerClient of the request's backend and namespace."""
+        backend, namespace = self.target()
+        return await self.kf.client(backend, namespace)
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking client call off the event loop."""
+        return await self.kf.run(fn, *args, **kwargs)
+
+    def send_error_json(self, exc: BaseException) -> None:
+        """Finish the request with the contract's JSON error (never a traceback)."""
+        status = status_of(exc)
+        if status == 500:
+            self.log.error(
+                "kf-jupyter: %s %s failed", self.request.method, self.request.path, exc_info=exc
+            )
+        self.clear()
+        self.set_status(status)
+        self.finish(json.dumps(error_body(exc)))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Errors raised outside our try blocks (auth, XSRF, origin) are JSON too."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, web.HTTPError):
+            message = exc.log_message or exc.reason or self._reason
+            body = {"error": message % exc.args if exc.args else message, "kind": "HTTPError"}
+        elif exc is not None:
+            body = error_body(exc)
+        else:
+            body = {"error": self._reason, "kind": "HTTPError"}
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+
+def _job_name(name: str) -> str:
+    """Validate the `{name}` path segment before anything touches a backend or the disk."""
+    return validate_job_name(name)
+
+
+class BackendsHandler(KFHandler):
+    """GET backends: which backends this server can use, and the current namespace."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """List the backends."""
+        try:
+            info = await self.kf.backends_info()
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        self.finish(json.dumps(info))
+
+
+class RuntimesHandler(KFHandler):
+    """GET runtimes?backend=&namespace=&framework=: training runtimes."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """List runtimes, optionally of one framework."""
+        try:
+            framework = self.get_query_argument("framework", None) or None
+            if framework is not None and not _FRAMEWORK.match(framework):
+                raise ValidationError(
+                    f"Invalid framework {framework!r}: use a framework label such as torch, "
+                    "deepspeed, mpi, jax or xgboost."
+                )
+            client = await self.client()
+            runtimes = await self.call(client.list_runtimes, framework)
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        self.finish(json.dumps({"runtimes": [r.to_dict() for r in runtimes]}))
+
+
+class JobsHandler(KFHandler):
+    """GET jobs?backend=&namespace=: every job of the backend."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """List jobs."""
+        try:
+            client = await self.client()
+            jobs = await self.call(client.list_jobs)
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        self.finish(json.dumps({"jobs": [j.to_dict() for j in jobs]}))
+
+
+class JobHandler(KFHandler):
+    """GET / DELETE jobs/{name}: one job."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        """One job."""
+        try:
+            name = _job_name(name)
+            client = await self.client()
+            job = await self.call(client.get_job, name)
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        self.finish(json.dumps(job.to_dict()))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str) -> None:
+        """Delete the job (and stop its processes)."""
+        try:
+            name = _job_name(name)
+            client = await self.client()
+            await self.call(client.delete_job, name)
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        self.set_status(204)
+        self.finish()
+
+
+class JobEventsHandler(KFHandler):
+    """GET jobs/{name}/events: what happened to the job."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        """The job's events."""
+        try:
+            name = _job_name(name)
+            client = await self.client()
+            events = await self.call(client.get_job_events, name)
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        self.finish(json.dumps({"events": [e.to_dict() for e in events]}))
+
+
+class _LogPump:
+    """Pulls log records from a backend generator on its own thread into a bounded queue.
+
+    The event loop is woken (at most once per drain) with `call_soon_threadsafe`; the pump stops
+    at the next record once `stop` is set (the client went away) and closes the generator.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        open_records: Callable[[], Iterator[LogRecord]],
+        stop: threading.Event,
+    ) -> None:
+        self.loop = loop
+        self.open_records = open_records
+        self.stop = stop
+        self.records: queue.Queue[LogRecord] = queue.Queue(_QUEUE_SIZE)
+        self.wake = asyncio.Event()
+        self.done = False
+        self.error: BaseException | None = None
+        self._pending = False
+        self.thread = threading.Thread(target=self._run, name="kf-jupyter-logs", daemon=True)
+
+    def start(self) -> None:
+        """Start the pump thread."""
+        self.thread.start()
+
+    def _notify(self) -> None:
+        if self._pending:
+            return
+        self._pending = True
+        try:
+            self.loop.call_soon_threadsafe(self.wake.set)
+        except RuntimeError:  # loop closed: the server is stopping
+            self.stop.set()
+
+    def _put(self, rec: LogRecord) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.records.put(rec, timeout=0.25)
+            except queue.Full:
+                continue
+            self._notify()
+            return True
+        return False
+
+    def _run(self) -> None:
+        gen: Iterator[LogRecord] | None = None
+        try:
+            gen = self.open_records()
+            for rec in gen:
+                if not self._put(rec) or self.stop.is_set():
+                    break
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # a generator that fails to close must not kill the pump
+                    pass
+            self.done = True
+            self._pending = False
+            self._notify()
+
+    async def batches(self, idle: float) -> Any:
+        """Yield lists of records as they arrive; None after `idle` seconds without any."""
+        while True:
+            try:
+                await asyncio.wait_for(self.wake.wait(), idle)
+            except TimeoutError:
+                yield None
+                continue
+            self.wake.clear()
+            self._pending = False  # before draining, so a record put now wakes us again
+            while True:
+                batch: list[LogRecord] = []
+                try:
+                    while len(batch) < _BATCH:
+                        batch.append(self.records.get_nowait())
+                except queue.Empty:
+                    pass
+                if not batch:
+                    break
+                yield batch
+            if self.done and self.records.empty():
+                return
+
+
+def _sse(data: dict[str, Any], event: str | None = None) -> str:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data)}\n\n"
+
+
+class JobLogsHandler(KFHandler):
+    """GET jobs/{name}/logs: the log, streamed as server-sent events (follow=1) or plain text."""
+
+    _stop: threading.Event | None = None
+
+    def _flag(self, name: str) -> bool:
+        raw = (self.get_query_argument(name, "") or "").lower()
+        if raw in _TRUE:
+            return True
+        if raw in _FALSE:
+            return False
+        raise ValidationError(f"Invalid {name}={raw!r}: use {name}=1 or {name}=0.")
+
+    def _tail(self) -> int | None:
+        raw = self.get_query_argument("tail", None)
+        if raw in (None, ""):
+            return None
+        try:
+            tail = int(raw)
+        except ValueError:
+            tail = -1
+        if not 0 < tail <= _MAX_TAIL:
+            raise ValidationError(
+                f"Invalid tail={raw!r}: give the number of last lines to send, a whole number "
+                f"from 1 to {_MAX_TAIL}, or leave tail out for the whole log."
+            )
+        return tail
+
+    def on_connection_close(self) -> None:
+        """The client went away: stop pulling the job's log."""
+        if self._stop is not None:
+            self._stop.set()
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        """Stream (follow=1) or send (default) the job's log."""
+        try:
+            name = _job_name(name)
+            follow = self._flag("follow")
+            tail = self._tail()
+            step = self.get_query_argument("step", None) or None
+            client = await self.client()
+            await self.call(client.get_job, name)  # 404 etc. before any header goes out
+            stop = self.kf.open_stream()
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        self._stop = stop
+        try:
+            await self._stream(client, name, step, follow, tail, stop)
+        finally:
+            self.kf.close_stream(stop)
+
+    async def _stream(
+        self,
+        client: Any,
+        name: str,
+        step: str | None,
+        follow: bool,
+        tail: int | None,
+        stop: threading.Event,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        pump = _LogPump(
+            loop,
+            lambda: client.iter_log_records(name, step=step, follow=follow, tail_lines=tail),
+            stop,
+        )
+        content_type = "text/event-stream" if follow else "text/plain"
+        self.set_header("Content-Type", f"{content_type}; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        pump.start()
+        try:
+            if follow:
+                self.write(": stream open\n\n")
+                await self.flush()
+            async for batch in pump.batches(self.kf.keepalive_seconds):
+                if batch is None:
+                    if follow:
+                        self.write(": keep-alive\n\n")
+                        await self.flush()
+                    continue
+                if follow:
+                    chunk = "".join(_sse({"source": r.source, "line": r.line}) for r in batch)
+                else:
+                    chunk = "".join(f"[{r.source}] {r.line}\n" for r in batch)
+                self.write(chunk)
+                await self.flush()
+            if pump.error is not None:
+                self.log.warning("kf-jupyter: log stream of %s ended with %r", name, pump.error)
+            if follow:
+                if pump.error is not None:
+                    self.write(_sse(error_body(pump.error), event="error"))
+                status = None
+                try:
+                    status = (await self.call(client.get_job, name)).status
+                except Exception:
+                    pass
+                self.write(_sse({"status": status}, event="end"))
+            elif pump.error is not None:
+                self.write(f"[kf-jupyter] log stream failed: {error_body(pump.error)['error']}\n")
+            self.finish(set_content_type=f"{content_type}; charset=utf-8")
+        except StreamClosedError:
+            stop.set()
+        finally:
+            stop.set()
+
+
+def route_table(base_url: str) -> list[tuple[str, type[KFHandler]]]:
+    """The (pattern, handler) pairs registered under `<base_url>kf-jupyter/api/`."""
+    root = url_path_join(base_url, API_PREFIX)
+    name = r"(?P<name>[^/]+)"
+    return [
+        (url_path_join(root, "backends") + "/?", BackendsHandler),
+        (url_path_join(root, "runtimes") + "/?", RuntimesHandler),
+        (url_path_join(root, "jobs") + "/?", JobsHandler),
+        (url_path_join(root, "jobs", name) + "/?", JobHandler),
+        (url_path_join(root, "jobs", name, "logs") + "/?", JobLogsHandler),
+        (url_path_join(root, "jobs", name, "events") + "/?", JobEventsHandler),
+    ]
