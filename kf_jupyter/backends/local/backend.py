@@ -1,0 +1,559 @@
+"""LocalBackend: every rank a real subprocess, with the environment the cluster would give it.
+
+`train()` builds the TrainJob manifest (the same one a cluster gets), turns it into a launch plan,
+writes the job folder and starts a detached supervisor (`supervisor.py`) that owns the processes.
+Everything else (list, get, logs, wait, delete, events, result) works from the job folder alone,
+so any process that sees the state directory sees the same jobs. See docs/local-backend.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ...build import LaunchPlan, build_launch_plan, build_trainjob
+from ...config import RuntimeConfig, SecretRef, mask_secrets
+from ...errors import (
+    BackendError,
+    JobFailedError,
+    JobNotFoundError,
+    KFJupyterError,
+    RuntimeNotFoundError,
+    ValidationError,
+)
+from ...runtimes import Runtime
+from ...trainers import BaseTrainer
+from ...types import COMPLETE, CREATED, FAILED, RUNNING, TERMINAL, Event, LogRecord, Step, TrainJob
+from ..base import StatusCallback, resolve_runtime_arg, tag_records
+from . import supervisor as sv
+from .config import LocalBackendConfig
+from .envs import layered_env, satisfied
+from .logs import iter_records, list_sources
+from .runtimes import LOCAL_RUNTIMES
+
+log = logging.getLogger("kf_jupyter.local")
+
+WAIT_POLL_SECONDS = 0.05
+DELETE_WAIT_SECONDS = 8.0
+
+
+class JobTimeoutError(KFJupyterError, TimeoutError):
+    """wait_for_job_status ran out of time."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _time(value: Any) -> datetime | None:
+    return datetime.fromtimestamp(float(value), UTC) if value else None
+
+
+def _reap_in_background(proc: subprocess.Popen[bytes]) -> None:
+    threading.Thread(target=proc.wait, name="kf-jupyter-reaper", daemon=True).start()
+
+
+class LocalBackend:
+    """The embedded default backend (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(self, config: LocalBackendConfig | None = None) -> None:
+        self.config = config or LocalBackendConfig()
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def state_dir(self) -> Path:
+        """The state directory (jobs/ and envs/ live here)."""
+        return self.config.resolved_state_dir
+
+    @property
+    def jobs_dir(self) -> Path:
+        """One folder per job."""
+        return self.state_dir / "jobs"
+
+    def job_dir(self, name: str) -> Path:
+        """The folder of job `name` (JobNotFoundError when there is none)."""
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+            raise JobNotFoundError(f"No local job named {name!r}.")
+        path = self.jobs_dir / name
+        if not (path / "status.json").exists():
+            known = ", ".join(sorted(self._job_names())[:20]) or "none"
+            raise JobNotFoundError(
+                f"No local job named {name!r} in {self.jobs_dir}. Jobs there: {known}. List "
+                "them with client.list_jobs()."
+            )
+        return path
+
+    def _job_names(self) -> list[str]:
+        try:
+            return [e.name for e in os.scandir(self.jobs_dir) if e.is_dir()]
+        except FileNotFoundError:
+            return []
+
+    # ------------------------------------------------------------------ runtimes
+
+    def list_runtimes(self, framework: str | None = None) -> list[Runtime]:
+        """The built-in local runtimes (local-torch, local-mpi, local-jax, local-xgboost)."""
+        return [r for r in LOCAL_RUNTIMES if framework is None or r.framework == framework]
+
+    def get_runtime(self, name: str) -> Runtime:
+        """One local runtime by name."""
+        for r in LOCAL_RUNTIMES:
+            if r.name == name:
+                return r
+        raise RuntimeNotFoundError(
+            f"No local runtime named {name!r}. Local runtimes: "
+            f"{', '.join(r.name for r in LOCAL_RUNTIMES)}."
+        )
+
+    # ------------------------------------------------------------------ submit
+
+    def _python(self) -> str:
+        return self.config.python or sys.executable
+
+    def _prepare(
+        self,
+        trainer: BaseTrainer,
+        runtime: Runtime | str | None,
+        runtime_config: RuntimeConfig | None,
+        options: Iterable[Any] | None,
+        job_dir: Path | None = None,
+    ) -> tuple[dict[str, Any], LaunchPlan, Runtime, int]:
+        rt = resolve_runtime_arg(self, trainer, runtime)
+        manifest = build_trainjob(trainer, rt, runtime_config, options, backend=self)
+        name = manifest["metadata"]["name"]
+        jd = job_dir or (self.jobs_dir / name)
+        port = free_port()
+        plan = build_launch_plan(manifest, trainer, rt, port, str(jd))
+        return manifest, plan, rt, port
+
+    def dry_run(
+        self,
+        trainer: BaseTrainer,
+        runtime: Runtime | str | None = None,
+        runtime_config: RuntimeConfig | None = None,
+        options: Iterable[Any] | None = None,
+    ) -> dict[str, Any]:
+        """The manifest and the local launch plan train() would use; nothing is started."""
+        manifest, plan, _, _ = self._prepare(trainer, runtime, runtime_config, options)
+        return {"backend": self.name, "trainjob": manifest, "plan": plan.to_dict()}
+
+    @staticmethod
+    def _check_secrets(plan: LaunchPlan) -> None:
+        missing: dict[str, SecretRef] = {}
+        for p in plan.processes:
+            for key, ref in p.secret_env.items():
+                if key not in os.environ:
+                    missing[key] = ref
+        if missing:
+            items = ", ".join(f"{k} (Secret {r.name}/{r.key})" for k, r in missing.items())
+            raise ValidationError(
+                f"The job takes {items} from a Kubernetes Secret. Locally such a value is read "
+                "from the kernel's environment variable of the same name, which is not set. Set "
+                f"it first (for example os.environ[{next(iter(missing))!r}] = ...) or give the "
+                "value directly in RuntimeConfig.env for local runs."
+            )
+
+    def _job_python(self, runtime_config: RuntimeConfig | None) -> tuple[str, bool]:
+        """(python to run, packages provided) for this RuntimeConfig."""
+        python = self._python()
+        packages = runtime_config.packages if runtime_config else []
+        if not packages:
+            return python, True
+        if satisfied(python, packages):
+            return python, True
+        env_python = layered_env(
+            python,
+            packages,
+            runtime_config.index_urls if runtime_config else [],
+            self.state_dir / "envs",
+        )
+        return str(env_python), True
+
+    def train(
+        self,
+        trainer: BaseTrainer,
+        runtime: Runtime | str | None = None,
+        runtime_config: RuntimeConfig | None = None,
+        options: Iterable[Any] | None = None,
+    ) -> str:
+        """Start the job; return its name (it runs on after the kernel is gone)."""
+        manifest, plan, rt, _ = self._prepare(trainer, runtime, runtime_config, options)
+        name = manifest["metadata"]["name"]
+        self._check_secrets(plan)
+        python, provided = self._job_python(runtime_config)
+        cwd = str(Path(self.config.cwd).expanduser()) if self.config.cwd else os.getcwd()
+        if not os.path.isdir(cwd):
+            raise ValidationError(
+                f"The working directory {cwd!r} for the job does not exist; set "
+                "LocalBackendConfig(cwd=...) to an existing directory."
+            )
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        jd = self.jobs_dir / name
+        try:
+            jd.mkdir()
+        except FileExistsError:
+            raise ValidationError(
+                f"A local job named {name!r} already exists. Delete it with "
+                f"client.delete_job({name!r}) or choose another name."
+            ) from None
+        try:
+            return self._launch(jd, manifest, plan, rt, python, provided, cwd, trainer)
+        except BaseException:
+            shutil.rmtree(jd, ignore_errors=True)
+            raise
+
+    def _process_env(
+        self, plan: LaunchPlan, index: int, jd: Path, python: str, provided: bool
+    ) -> dict[str, str]:
+        proc = plan.processes[index]
+        bindirs = [os.path.dirname(python)]
+        base_bin = os.path.dirname(self._python())
+        if base_bin not in bindirs:
+            bindirs.append(base_bin)
+        env: dict[str, str] = {
+            "PATH": os.pathsep.join([*bindirs, os.environ.get("PATH", os.defpath)]),
+            "PYTHONUNBUFFERED": "1",
+            "TMPDIR": str(jd / "tmp"),
+        }
+        env.update(proc.env)  # RuntimeConfig env, then the policy's (the policy wins)
+        env.update(
+            {
+                "KF_JUPYTER_WORKDIR": str(jd / "work" / proc.name),
+                "KF_JUPYTER_RANK_LOG_DIR": str(jd / "logs"),
+                "KF_JUPYTER_RESULT_FILE": str(jd / "result.pkl"),
+                "KF_JUPYTER_NODE_RANK": str(proc.node_index),
+                "KF_JUPYTER_JOB_NAME": plan.job_name,
+            }
+        )
+        if provided:
+            env["KF_JUPYTER_SKIP_INSTALL"] = "1"
+        return env
+
+    def _launch(
+        self,
+        jd: Path,
+        manifest: dict[str, Any],
+        plan: LaunchPlan,
+        rt: Runtime,
+        python: str,
+        provided: bool,
+        cwd: str,
+        trainer: BaseTrainer,
+    ) -> str:
+        name = plan.job_name
+        for sub in ("logs", "tmp", "work"):
+            (jd / sub).mkdir()
+        spawn = {
+            "job": name,
+            "cwd": cwd,
+            "deadline_seconds": plan.deadline_seconds,
+            "python": python,
+            "processes": [
+                {
+                    "name": p.name,
+                    "node_index": p.node_index,
+                    "argv": p.argv,
+                    "env": self._process_env(plan, i, jd, python, provided),
+                    "files": p.files,
+                }
+                for i, p in enumerate(plan.processes)
+            ],
+        }
+        fd = os.open(jd / "spawn.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(spawn, fh)
+        sv.atomic_write_json(str(jd / "job.json"), json.loads(mask_secrets(json.dumps(manifest))))
+        sv.atomic_write_json(
+            str(jd / "plan.json"), json.loads(mask_secrets(json.dumps(plan.to_dict())))
+        )
+        now = time.time()
+        sv.atomic_write_json(
+            str(jd / "status.json"),
+            {
+                "name": name,
+                "status": CREATED,
+                "reason": "",
+                "message": "",
+                "created": now,
+                "runtime": rt.name,
+                "framework": rt.framework,
+                "policy": plan.policy,
+                "num_nodes": plan.shape.num_nodes,
+                "num_proc_per_node": plan.shape.num_proc_per_node,
+                "trainer": type(trainer).__name__,
+                "python": python,
+                "cwd": cwd,
+                "processes": {},
+            },
+        )
+        sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
+        with open(jd / "supervisor.log", "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", sv.__file__, str(jd)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        ident = sv.process_identity(proc.pid)
+
+        def record(st: dict[str, Any]) -> None:
+            st.setdefault("supervisor_pid", proc.pid)
+            st.setdefault("supervisor_create_time", ident)
+
+        sv.update_status(str(jd), record)
+        _reap_in_background(proc)
+        log.info("local job %s started (supervisor pid %s)", name, proc.pid)
+        return name
+
+    # ------------------------------------------------------------------ read
+
+    def _status(self, name: str) -> dict[str, Any]:
+        jd = self.job_dir(name)
+        st = sv.read_json(str(jd / "status.json"))
+        if st.get("status") not in TERMINAL and not self._supervisor_alive(st):
+            # The supervisor is gone without a word (killed, machine rebooted): say so.
+            time.sleep(0.1)
+            st = sv.read_json(str(jd / "status.json"))
+            if st.get("status") not in TERMINAL and not self._supervisor_alive(st):
+                sv.finish_status(
+                    str(jd),
+                    FAILED,
+                    sv.REASON_LOST,
+                    "The job's supervisor process is gone (killed, or the machine restarted), "
+                    "so the job cannot finish. Delete it and run it again.",
+                )
+                st = sv.read_json(str(jd / "status.json"))
+        return st
+
+    @staticmethod
+    def _supervisor_alive(st: dict[str, Any]) -> bool:
+        pid = st.get("supervisor_pid")
+        if not pid:
+            return True  # being launched
+        return sv.same_process(int(pid), st.get("supervisor_create_time"))
+
+    def _to_trainjob(self, st: dict[str, Any]) -> TrainJob:
+        steps = []
+        for pname, info in sorted((st.get("processes") or {}).items()):
+            code = info.get("exit_code")
+            if code is None:
+                pstatus = RUNNING if st.get("status") == RUNNING else st.get("status", CREATED)
+            else:
+                pstatus = COMPLETE if code == 0 else FAILED
+            steps.append(
+                Step(
+                    name=pname,
+                    status=pstatus,
+                    rank=info.get("node_index"),
+                    exit_code=code,
+                    pid=info.get("pid"),
+                )
+            )
+        return TrainJob(
+            name=st["name"],
+            status=st.get("status", CREATED),
+            backend=self.name,
+            runtime=st.get("runtime", ""),
+            framework=st.get("framework", ""),
+            num_nodes=int(st.get("num_nodes") or 1),
+            num_proc_per_node=st.get("num_proc_per_node"),
+            reason=st.get("reason", ""),
+            message=st.get("message", ""),
+            creation_time=_time(st.get("created")),
+            completion_time=_time(st.get("finished")),
+            steps=steps,
+        )
+
+    def get_job(self, name: str) -> TrainJob:
+        """The job as its status file says (Failed/SupervisorLost if its supervisor vanished)."""
+        return self._to_trainjob(self._status(name))
+
+    def list_jobs(self) -> list[TrainJob]:
+        """Every job in the state directory, oldest first."""
+        jobs = []
+        for name in self._job_names():
+            with contextlib.suppress(JobNotFoundError, OSError, ValueError):
+                jobs.append(self.get_job(name))
+        return sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC))
+
+    def get_job_events(self, name: str) -> list[Event]:
+        """created, started process X pid, process X exited code, Running, Complete/Failed."""
+        jd = self.job_dir(name)
+        events = []
+        with (
+            contextlib.suppress(FileNotFoundError),
+            open(jd / "events.jsonl", encoding="utf-8") as fh,
+        ):
+            for line in fh:
+                with contextlib.suppress(ValueError):
+                    e = json.loads(line)
+                    events.append(
+                        Event(
+                            _time(e.get("time")),
+                            e["type"],
+                            e["reason"],
+                            e["message"],
+                            e.get("object", ""),
+                        )
+                    )
+        return events
+
+    def get_job_result(self, name: str) -> Any:
+        """The return value of the function on global rank 0 (after the job completed)."""
+        st = self._status(name)
+        if st.get("status") != COMPLETE:
+            raise BackendError(
+                f"Job {name!r} is {st.get('status')}, so it has no result yet"
+                + (f" ({st.get('reason')})" if st.get("reason") else "")
+                + ". Wait for it with client.wait_for_job_status(name) first."
+            )
+        path = self.job_dir(name) / "result.pkl"
+        if not path.exists():
+            raise BackendError(
+                f"Job {name!r} completed but left no result: it did not run a function through "
+                "kf-jupyter's runner (a TrainerCommand job), or rank 0 could not save it."
+            )
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+
+    # ------------------------------------------------------------------ logs
+
+    def _is_done(self, name: str) -> bool:
+        try:
+            return self._status(name).get("status") in TERMINAL
+        except JobNotFoundError:
+            return True
+
+    def iter_log_records(
+        self,
+        name: str,
+        step: str | None = None,
+        follow: bool = False,
+        tail_lines: int | None = None,
+    ) -> Iterator[LogRecord]:
+        """Log lines with their source (`rank-N`, `node-0`, `launcher`); follow=True streams."""
+        jd = self.job_dir(name)
+        last = [0.0, False]
+
+        def done() -> bool:
+            now = time.monotonic()
+            if now - last[0] >= 0.05:
+                last[0] = now
+                last[1] = self._is_done(name)
+            return bool(last[1])
+
+        return iter_records(str(jd / "logs"), step, follow, tail_lines, is_done=done)
+
+    def get_job_logs(
+        self,
+        name: str,
+        step: str | None = None,
+        follow: bool = False,
+        tail_lines: int | None = None,
+    ) -> Iterator[str]:
+        """Log lines; tagged `[source] ` when the job has more than one source."""
+        jd = self.job_dir(name)
+        st = self._status(name)
+        sources = list_sources(str(jd / "logs"))
+        expected = int(st.get("num_nodes") or 1) * int(st.get("num_proc_per_node") or 1)
+        multi = step is None and (len(sources) > 1 or expected > 1)
+        return tag_records(self.iter_log_records(name, step, follow, tail_lines), multi)
+
+    # ------------------------------------------------------------------ wait / delete
+
+    def wait_for_job_status(
+        self,
+        name: str,
+        status: set[str] | frozenset[str] = frozenset({COMPLETE}),
+        timeout: float = 600,
+        callbacks: list[StatusCallback] | None = None,
+    ) -> TrainJob:
+        """Block until the job reaches one of `status`; JobFailedError if it fails instead."""
+        wanted = set(status)
+        unknown = wanted - {CREATED, RUNNING, COMPLETE, FAILED}
+        if unknown:
+            raise ValidationError(
+                f"Unknown job status {sorted(unknown)}: use Created, Running, Complete, Failed."
+            )
+        end = time.monotonic() + timeout
+        last_status = None
+        while True:
+            job = self.get_job(name)
+            if job.status != last_status:
+                last_status = job.status
+                for cb in callbacks or []:
+                    cb(job)
+            if job.status in wanted:
+                return job
+            if job.status == FAILED:
+                raise JobFailedError(f"Job {name!r} failed ({job.reason}): {job.message}")
+            if job.status == COMPLETE:
+                raise JobFailedError(f"Job {name!r} completed without reaching {sorted(wanted)}.")
+            if time.monotonic() >= end:
+                raise JobTimeoutError(
+                    f"Job {name!r} is still {job.status} after {timeout} s. Wait longer "
+                    "(timeout=...), follow its logs, or delete it with client.delete_job(name)."
+                )
+            time.sleep(WAIT_POLL_SECONDS)
+
+    def _stop(self, name: str, jd: Path) -> None:
+        st = sv.read_json(str(jd / "status.json"))
+        pid = st.get("supervisor_pid")
+        if pid and sv.same_process(int(pid), st.get("supervisor_create_time")):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(pid), signal.SIGTERM)
+            end = time.monotonic() + DELETE_WAIT_SECONDS
+            while time.monotonic() < end and sv.same_process(
+                int(pid), st.get("supervisor_create_time")
+            ):
+                time.sleep(sv.POLL_SECONDS)
+        # Whatever is left (the supervisor was killed, or did not finish in time).
+        st = sv.read_json(str(jd / "status.json"))
+        procs = st.get("processes") or {}
+        groups = [int(p["pgid"]) for p in procs.values() if p.get("pgid")]
+        known: list[tuple[int, float | None]] = [
+            (int(p["pid"]), p.get("create_time")) for p in procs.values() if p.get("pid")
+        ]
+        known += [(int(a), b) for a, b in st.get("descendants") or []]
+        live = [(p, c) for p, c in known if sv.same_process(p, c)]
+        if live:
+            sv.stop_tree(groups, live)
+        sv.finish_status(
+            str(jd),
+            FAILED,
+            sv.REASON_CANCELLED,
+            "The job was cancelled; its processes were stopped.",
+        )
+
+    def cancel_job(self, name: str) -> None:
+        """Stop the job's processes (the whole tree) and keep its record, status Failed/Cancelled."""
+        jd = self.job_dir(name)
+        self._stop(name, jd)
+
+    def delete_job(self, name: str) -> None:
+        """Stop the job's processes (the whole tree) and remove its folder."""
+        jd = self.job_dir(name)
+        self._stop(name, jd)
+        shutil.rmtree(jd, ignore_errors=True)

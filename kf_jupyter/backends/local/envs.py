@@ -1,0 +1,170 @@
+"""Python environments for local jobs: use the kernel's when it has the packages, else a layered one.
+
+A layered environment is a venv with `--system-site-packages` on top of the kernel's python,
+built once per distinct (python, sorted packages, index URLs) under `<state>/envs/<hash>` with a
+file lock, so concurrent jobs never build it twice and later jobs reuse it at no cost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ...config import mask_secrets
+from ...errors import PackageInstallError
+
+#: Defines kfj_check(specs) -> bool: every requirement is installed (run in the target python).
+_CHECK = r"""
+import json, sys
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+
+def ok(spec, seen):
+    req = Requirement(spec)
+    if req.marker is not None and not req.marker.evaluate():
+        return True
+    try:
+        dist = metadata.distribution(req.name)
+    except metadata.PackageNotFoundError:
+        return False
+    if req.specifier and not req.specifier.contains(dist.version, prereleases=True):
+        return False
+    for extra in req.extras:
+        for sub in dist.requires or []:
+            r = Requirement(sub)
+            if r.marker is not None and r.marker.evaluate({"extra": extra}) and not (
+                r.marker.evaluate({"extra": ""})
+            ):
+                key = (r.name.lower(), str(r.specifier))
+                if key not in seen:
+                    seen.add(key)
+                    if not ok(str(r).split(";")[0], seen):
+                        return False
+    return True
+
+def kfj_check(specs):
+    seen = set()
+    return all(ok(s, seen) for s in specs)
+"""
+
+_CHECK_MAIN = 'print("1" if kfj_check(json.loads(sys.argv[1])) else "0")\n'
+
+
+def satisfied(python: str, packages: Sequence[str]) -> bool:
+    """All `packages` (pip requirements) are installed in `python`'s environment."""
+    if not packages:
+        return True
+    if python == sys.executable:
+        namespace: dict[str, object] = {}
+        exec(compile(_CHECK, "<kf-jupyter package check>", "exec"), namespace)
+        try:
+            return bool(namespace["kfj_check"](list(packages)))  # type: ignore[operator]
+        except Exception:
+            return False
+    proc = subprocess.run(
+        [python, "-c", _CHECK + _CHECK_MAIN, json.dumps(list(packages))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc.returncode == 0 and proc.stdout.strip() == "1"
+
+
+def env_key(python: str, packages: Sequence[str], index_urls: Sequence[str]) -> str:
+    """The hash naming the layered environment of this (python, packages, index URLs)."""
+    data = json.dumps(
+        [os.path.realpath(python), sorted(packages), list(index_urls)], separators=(",", ":")
+    )
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+_TORCHRUN = '#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n'
+
+
+def layered_env(
+    python: str, packages: Sequence[str], index_urls: Sequence[str], envs_dir: Path
+) -> Path:
+    """The python of the layered environment for these packages, built on first use.
+
+    Raises PackageInstallError (with the end of pip's log, credentials masked) if pip fails.
+    """
+    envs_dir.mkdir(parents=True, exist_ok=True)
+    key = env_key(python, packages, index_urls)
+    target = envs_dir / key
+    env_python = target / "bin" / "python"
+    ready = target / ".kf-jupyter-ready"
+    if ready.exists():
+        return env_python
+    with _locked(envs_dir / f"{key}.lock"):
+        if ready.exists():
+            return env_python
+        if target.exists():
+            shutil.rmtree(target)
+        log_path = envs_dir / f"{key}.pip.log"
+        with open(log_path, "wb") as log:
+            venv = subprocess.run(
+                [python, "-m", "venv", "--system-site-packages", "--without-pip", str(target)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            idx: list[str] = []
+            for i, url in enumerate(index_urls):
+                idx += ["--index-url" if i == 0 else "--extra-index-url", url]
+            pip = None
+            if venv.returncode == 0:
+                pip = subprocess.run(
+                    [
+                        python,
+                        "-m",
+                        "pip",
+                        "--python",
+                        str(env_python),
+                        "install",
+                        "--disable-pip-version-check",
+                        "--no-input",
+                        "--no-warn-script-location",
+                        *idx,
+                        *packages,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "PIP_REQUIRE_VIRTUALENV": "0"},
+                )
+        if venv.returncode != 0 or pip is None or pip.returncode != 0:
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+            shutil.rmtree(target, ignore_errors=True)
+            raise PackageInstallError(
+                mask_secrets(
+                    f"Installing {', '.join(packages)} for the job failed (pip's log: "
+                    f"{log_path}). Check the package names and versions and that the index "
+                    f"is reachable, then run again. The end of pip's log:\n{tail}"
+                )
+            )
+        torchrun = target / "bin" / "torchrun"
+        if not torchrun.exists():
+            torchrun.write_text(_TORCHRUN.format(python=env_python))
+            torchrun.chmod(0o755)
+        ready.write_text(json.dumps({"packages": sorted(packages)}))
+    return env_python
