@@ -1,0 +1,22 @@
+"""IPython magics: `%%torchtrain`, `%%mpitrain`, `%%jaxtrain`, `%%xgboosttrain` and `%kf_*`.
+
+`%load_ext kf_jupyter` calls `load_ipython_extension`; see docs/notebook.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register `KubeflowMagics` (configurable: `%config KubeflowMagics.backend = ...`)."""
+    from .core import KubeflowMagics
+
+    ipython.register_magics(KubeflowMagics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Nothing to undo beyond what IPython does; kept for `%unload_ext`."""
+
+
+__all__ = ["load_ipython_extension"]

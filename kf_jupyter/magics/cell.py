@@ -1,0 +1,132 @@
+"""Turn a training cell into a function: indentation, syntax errors, free names.
+
+The cell body becomes the body of `def <name>(<args>):`. Lines that continue a multi-line
+string literal are not indented (that would change the string). Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import symtable
+import textwrap
+import tokenize
+from dataclasses import dataclass
+
+from ..errors import ValidationError
+
+#: The name of the function a cell becomes (shows up in remote tracebacks).
+FUNC_NAME = "kf_train_cell"
+
+#: Names the job's runner module always has (it executes the function in `__main__`).
+MODULE_DUNDERS = frozenset(
+    {"__name__", "__doc__", "__file__", "__builtins__", "__spec__", "__loader__", "__package__"}
+)
+
+#: Names IPython adds to builtins in a kernel; they do not exist in the job.
+_IPYTHON_BUILTINS = frozenset({"get_ipython", "display", "__IPYTHON__", "__IPYTHON__active"})
+
+
+def remote_builtins() -> frozenset[str]:
+    """The builtin names a plain Python process has (IPython's additions removed)."""
+    return frozenset(dir(builtins)) - _IPYTHON_BUILTINS
+
+
+class CellSyntaxError(ValidationError):
+    """The cell does not parse; the message points at the cell's own line."""
+
+
+@dataclass(frozen=True)
+class CellFunction:
+    """The generated function source and what it needs."""
+
+    source: str
+    name: str
+    args: tuple[str, ...]
+    free_names: tuple[str, ...]
+
+
+def _continuation_lines(body: str) -> set[int]:
+    """1-based line numbers that start inside a multi-line string token."""
+    lines: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+            if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]:
+                lines.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass  # compile() below reports the real error
+    return lines
+
+
+def _indent(body: str) -> str:
+    keep = _continuation_lines(body)
+    out = []
+    for i, line in enumerate(body.splitlines(keepends=True), start=1):
+        out.append(line if (i in keep or not line.strip()) else "    " + line)
+    text = "".join(out)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _syntax_message(exc: SyntaxError, body: str) -> str:
+    cell_line = (exc.lineno or 2) - 1
+    lines = body.splitlines()
+    text = lines[cell_line - 1] if 0 < cell_line <= len(lines) else ""
+    where = f"line {cell_line}" if cell_line >= 1 else "the cell"
+    caret = ""
+    if text and exc.offset:
+        col = max(exc.offset - 1 - (4 if text.strip() else 0), 0)
+        caret = "\n    " + text + "\n    " + " " * min(col, len(text)) + "^"
+    return (
+        f"Syntax error in the training cell at {where}: {exc.msg}. Nothing was submitted; fix "
+        f"the cell and run it again.{caret}"
+    )
+
+
+def build_cell_function(
+    body: str, args: tuple[str, ...] = (), name: str = FUNC_NAME
+) -> CellFunction:
+    """The source of `def name(args): <body>`, checked for syntax and free names."""
+    body = textwrap.dedent(body.replace("\r\n", "\n"))
+    if not body.strip():
+        raise ValidationError(
+            "The training cell is empty: write the training code below the %%torchtrain line "
+            "(or %%mpitrain, %%jaxtrain, %%xgboosttrain)."
+        )
+    for a in args:
+        if not a.isidentifier():
+            raise ValidationError(
+                f"--args {a!r} is not a Python variable name; give names separated by commas, "
+                "for example --args lr,epochs."
+            )
+    source = f"def {name}({', '.join(args)}):\n" + _indent(body)
+    try:
+        compile(source, "<training cell>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise CellSyntaxError(_syntax_message(exc, body)) from None
+    return CellFunction(source, name, tuple(args), tuple(free_names(source, name)))
+
+
+def free_names(source: str, func_name: str = FUNC_NAME) -> list[str]:
+    """Names the function reads that nothing in its source defines and builtins lack.
+
+    A name read as a global anywhere in the function (nested functions, classes and
+    comprehensions included) is free unless some scope of the cell assigns it under a `global`
+    declaration, or it is a builtin or a module dunder the job's runner has.
+    """
+    top = symtable.symtable(source, "<training cell>", "exec")
+    func = next(t for t in top.get_children() if t.get_name() == func_name)
+    used: set[str] = set()
+    defined: set[str] = set()
+    stack = [func]
+    while stack:
+        table = stack.pop()
+        stack.extend(table.get_children())
+        for sym in table.get_symbols():
+            if not sym.is_global():
+                continue
+            if sym.is_declared_global() and (sym.is_assigned() or sym.is_imported()):
+                defined.add(sym.get_name())
+            if sym.is_referenced():
+                used.add(sym.get_name())
+    allowed = remote_builtins() | MODULE_DUNDERS | {func_name}
+    return sorted(used - defined - allowed)

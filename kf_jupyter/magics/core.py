@@ -1,0 +1,579 @@
+"""`KubeflowMagics`: the training cell magics and the kf_* line magics.
+
+Loaded by `%load_ext kf_jupyter`; it imports only IPython, traitlets and the light core. The
+backends, ipywidgets, yaml and the kubernetes client load when a magic first needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from IPython.core import magic_arguments as ma
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from traitlets import Any as AnyTrait
+from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
+
+from ..config import RuntimeConfig, SecretRef, mask_secrets
+from ..errors import (
+    ClusterUnreachableError,
+    JobFailedError,
+    KFJupyterError,
+    ValidationError,
+)
+from ..trainers import TRAINER_CLASSES, BaseTrainer
+from ..types import COMPLETE, FAILED
+from .cell import build_cell_function
+from .handle import JobHandle
+
+
+class KFMagicError(Exception):
+    """A kf-jupyter error shown as one paragraph (no traceback); the cell ends in error."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31mkf-jupyter:\x1b[0m {self}"]
+
+
+def _fail(message: str) -> KFMagicError:
+    return KFMagicError(mask_secrets(message))
+
+
+def _training_args(framework: str) -> Any:
+    """The flags of one training cell magic (shared, with -p / --max-restarts where they apply)."""
+    decorators = [
+        ma.magic_arguments(),
+        ma.argument("-n", "--num-nodes", type=int, default=None, help="number of nodes"),
+    ]
+    if framework in ("torch", "mpi"):
+        decorators.append(
+            ma.argument(
+                "-p", "--num-proc-per-node", type=int, default=None, help="processes per node"
+            )
+        )
+    decorators += [
+        ma.argument("--backend", choices=("local", "kubernetes"), default=None),
+        ma.argument("--namespace", default=None, help="Kubernetes namespace"),
+        ma.argument("--runtime", default=None, help="training runtime name"),
+        ma.argument("--name", default=None, help="job name (RFC 1035 label)"),
+        ma.argument("--image", default=None, help="trainer container image"),
+        ma.argument("--packages", default=None, help="pip packages, comma separated"),
+        ma.argument("--pip-index-url", action="append", default=None, help="repeatable"),
+        ma.argument("--env", action="append", default=None, help="K=V, repeatable"),
+        ma.argument("--resources", default=None, help="per node, e.g. cpu=2,memory=4Gi,gpu=1"),
+        ma.argument("--args", default=None, help="notebook variables passed, e.g. lr,epochs"),
+        ma.argument("--config", default=None, help="variable: a RuntimeConfig or its form"),
+        ma.argument("--options", default=None, help="variable: a list of options or the form"),
+    ]
+    if framework == "torch":
+        decorators.append(ma.argument("--max-restarts", type=int, default=None))
+    decorators += [
+        ma.argument("--dry-run", action="store_true", help="show what would be submitted"),
+        ma.argument("--no-wait", action="store_true", help="return at once"),
+        ma.argument("-o", "--out", default=None, help="variable that receives the job handle"),
+        ma.argument("--timeout", type=float, default=None, help="seconds to follow the job"),
+        ma.argument("--cancel-on-interrupt", action="store_true", default=None),
+    ]
+
+    def apply(func: Any) -> Any:
+        for deco in reversed(decorators):
+            func = deco(func)
+        return func
+
+    return apply
+
+
+def _parse_kv(text: str, what: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValidationError(f"{what} {text!r} is not KEY=VALUE; write it like {what} NAME=value.")
+    return key.strip(), value
+
+
+def _resources(text: str | None) -> dict[str, str] | None:
+    if not text:
+        return None
+    out = {}
+    for part in text.split(","):
+        if part.strip():
+            k, v = _parse_kv(part.strip(), "--resources")
+            out[k] = v.strip()
+    return out
+
+
+@magics_class
+class KubeflowMagics(Magics):
+    """Training cell magics and kf_* line magics; defaults are configurable with `%config`."""
+
+    backend = CaselessStrEnum(
+        ("local", "kubernetes"), default_value="local", help="default backend"
+    ).tag(config=True)
+    namespace = Unicode(None, allow_none=True, help="default Kubernetes namespace").tag(config=True)
+    num_nodes = Int(None, allow_none=True, help="default number of nodes").tag(config=True)
+    num_proc_per_node = Int(None, allow_none=True, help="default processes per node").tag(
+        config=True
+    )
+    image = Unicode(None, allow_none=True, help="default trainer image").tag(config=True)
+    timeout = Float(
+        None, allow_none=True, help="seconds a cell follows a job (None: until done)"
+    ).tag(config=True)
+    cancel_on_interrupt = Bool(False, help="delete the job when the cell is interrupted").tag(
+        config=True
+    )
+    widgets = CaselessStrEnum(
+        ("auto", "on", "off"), default_value="auto", help="show the job monitor widget"
+    ).tag(config=True)
+    buffer_lines = Int(400, help="log lines the monitor keeps in view").tag(config=True)
+    runtime_config = AnyTrait(None, help="session RuntimeConfig (set by %kf_config)")
+    options = AnyTrait(None, help="session options list (set by %kf_config)")
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._clients: dict[tuple[str, str | None], Any] = {}
+        self.monitors: list[Any] = []
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def client(self, backend: str | None = None, namespace: str | None = None) -> Any:
+        """The TrainerClient of a backend (cached per backend and namespace)."""
+        backend = backend or self.backend
+        namespace = namespace if namespace is not None else self.namespace
+        key = (backend, namespace if backend == "kubernetes" else None)
+        if key not in self._clients:
+            from ..client import TrainerClient
+
+            if backend == "kubernetes":
+                from ..backends.kubernetes.config import KubernetesBackendConfig
+
+                self._clients[key] = TrainerClient(KubernetesBackendConfig(namespace=namespace))
+            else:
+                from ..backends.local.config import LocalBackendConfig
+
+                self._clients[key] = TrainerClient(LocalBackendConfig())
+        return self._clients[key]
+
+    def use_widgets(self) -> bool:
+        """A widget frontend is there (a kernel with ipywidgets), unless `widgets` says otherwise."""
+        if self.widgets == "off":
+            return False
+        if self.widgets == "on":
+            return True
+        if getattr(self.shell, "kernel", None) is None:
+            return False
+        import importlib.util
+
+        return importlib.util.find_spec("ipywidgets") is not None
+
+    def _guard(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except KFJupyterError as exc:
+            raise _fail(str(exc)) from None
+
+    # -- training cells ------------------------------------------------------------------------
+
+    @_training_args("torch")
+    @cell_magic
+    def torchtrain(self, line: str, cell: str) -> None:
+        """Run the cell as a PyTorch distributed job (torchrun on every node)."""
+        return self._train_magic("torch", self.torchtrain, line, cell)
+
+    @_training_args("mpi")
+    @cell_magic
+    def mpitrain(self, line: str, cell: str) -> None:
+        """Run the cell as an MPI job (mpirun over num_nodes x num_proc_per_node slots)."""
+        return self._train_magic("mpi", self.mpitrain, line, cell)
+
+    @_training_args("jax")
+    @cell_magic
+    def jaxtrain(self, line: str, cell: str) -> None:
+        """Run the cell as a JAX multi-process job (one process per node)."""
+        return self._train_magic("jax", self.jaxtrain, line, cell)
+
+    @_training_args("xgboost")
+    @cell_magic
+    def xgboosttrain(self, line: str, cell: str) -> None:
+        """Run the cell as a distributed XGBoost job (tracker on rank 0)."""
+        return self._train_magic("xgboost", self.xgboosttrain, line, cell)
+
+    def _train_magic(self, framework: str, magic: Any, line: str, cell: str) -> None:
+        args = ma.parse_argstring(magic, line)
+        return self._guard(self._train, framework, args, cell)
+
+    def _user_value(self, var: str, flag: str) -> Any:
+        ns = self.shell.user_ns
+        if var not in ns:
+            raise ValidationError(
+                f"{flag} {var}: no notebook variable named {var!r}. Run the cell that defines it "
+                "first, or check the spelling."
+            )
+        return ns[var]
+
+    def _func_args(self, names: tuple[str, ...]) -> dict[str, Any]:
+        out = {}
+        for n in names:
+            value = self._user_value(n, "--args")
+            try:
+                json.dumps(value, allow_nan=True)
+            except (TypeError, ValueError):
+                raise ValidationError(
+                    f"--args {n}: the variable {n!r} is a {type(value).__name__}, which cannot be "
+                    "sent to the job as JSON. Pass numbers, strings, lists and dicts, and build "
+                    "richer objects inside the cell."
+                ) from None
+            out[n] = value
+        return out
+
+    def _make_function(self, source: str, name: str) -> Any:
+        compiler = getattr(self.shell, "compile", None)
+        filename = "<training cell>"
+        if compiler is not None and hasattr(compiler, "cache"):
+            filename = compiler.cache(source)
+        else:
+            import linecache
+
+            filename = f"<kf-jupyter cell {abs(hash(source))}>"
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        ns: dict[str, Any] = {"__name__": "__kf_cell__"}
+        exec(compile(source, filename, "exec", dont_inherit=True), ns)
+        func = ns[name]
+        func.__kf_source__ = source
+        return func
+
+    def _runtime_config(self, args: Any) -> RuntimeConfig | None:
+        base = self.runtime_config
+        if args.config:
+            base = self._user_value(args.config, "--config")
+        if base is not None and not isinstance(base, RuntimeConfig):
+            value = getattr(base, "value", None)  # a RuntimeConfigForm
+            if not isinstance(value, RuntimeConfig):
+                raise ValidationError(
+                    f"--config {args.config}: expected a RuntimeConfig or a RuntimeConfigForm, "
+                    f"got {type(base).__name__}."
+                )
+            base = value
+        if not (args.packages or args.pip_index_url or args.env):
+            return base
+        packages = list(base.packages) if base else []
+        packages += [p.strip() for p in (args.packages or "").split(",") if p.strip()]
+        urls = (list(base.index_urls) if base else []) + list(args.pip_index_url or [])
+        env: dict[str, str | SecretRef] = dict((base.env or {}) if base else {})
+        for item in args.env or []:
+            k, v = _parse_kv(item, "--env")
+            env[k] = v
+        return RuntimeConfig(
+            packages_to_install=packages or None, pip_index_urls=urls or None, env=env or None
+        )
+
+    def _options(self, args: Any) -> list[Any]:
+        from ..options import Name
+
+        opts: Any = self.options
+        if args.options:
+            opts = self._user_value(args.options, "--options")
+        if opts is not None and not isinstance(opts, list | tuple):
+            value = getattr(opts, "value", None)  # a PodOverridesForm
+            if isinstance(value, list):
+                opts = value
+            elif callable(opts):
+                opts = [opts]
+            else:
+                raise ValidationError(
+                    f"--options {args.options}: expected a list of options or a PodOverridesForm, "
+                    f"got {type(opts).__name__}."
+                )
+        out = list(opts or [])
+        if args.name:
+            out.append(Name(args.name))
+        return out
+
+    def _trainer(self, framework: str, args: Any, cell: str) -> BaseTrainer:
+        names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
+        cf = build_cell_function(cell, names)
+        func_args = self._func_args(names)
+        if cf.free_names:
+            known = [n for n in cf.free_names if n in self.shell.user_ns]
+            hint = f" Pass notebook variables with --args {','.join(known)}." if known else ""
+            print(
+                f"kf-jupyter warning: the cell uses {', '.join(repr(n) for n in cf.free_names)} "
+                "without defining or importing it; in the job these names are undefined "
+                f"(NameError). Define or import them inside the cell.{hint}",
+                file=sys.stderr,
+            )
+        func = self._make_function(cf.source, cf.name)
+        kwargs: dict[str, Any] = {
+            "func": func,
+            "func_args": func_args or None,
+            "num_nodes": args.num_nodes or self.num_nodes,
+            "resources_per_node": _resources(args.resources),
+            "image": args.image or self.image,
+        }
+        if framework in ("torch", "mpi"):
+            kwargs["num_proc_per_node"] = args.num_proc_per_node or self.num_proc_per_node
+        if framework == "torch" and args.max_restarts is not None:
+            kwargs["max_restarts"] = args.max_restarts
+        return TRAINER_CLASSES[framework](**kwargs)
+
+    def _train(self, framework: str, args: Any, cell: str) -> None:
+        trainer = self._trainer(framework, args, cell)
+        rc = self._runtime_config(args)
+        options = self._options(args)
+        backend = args.backend or self.backend
+        if args.dry_run:
+            self._dry_run(trainer, backend, args, rc, options)
+            return
+        client = self.client(backend, args.namespace)
+        name = client.train(trainer, args.runtime, rc, options)
+        runtime = args.runtime or ""
+        handle = JobHandle(client, name, client.backend_name, runtime)
+        if args.out:
+            self.shell.user_ns[args.out] = handle
+        self._follow(handle, args)
+
+    def _dry_run(
+        self, trainer: BaseTrainer, backend: str, args: Any, rc: Any, options: list[Any]
+    ) -> None:
+        from .render import to_yaml
+
+        try:
+            client = self.client(backend, args.namespace)
+            plan = client.dry_run(trainer, args.runtime, rc, options)
+        except (ClusterUnreachableError, ImportError) as exc:
+            if backend != "kubernetes":
+                raise
+            from ..build import build_trainjob
+            from ..runtimes import Runtime
+
+            rt_name = args.runtime or f"{trainer.framework}-distributed"
+            runtime = Runtime(name=rt_name, framework=trainer.framework, ml_policy=trainer.policy)
+            plan = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
+            why = str(exc).split(". ")[0] if isinstance(exc, KFJupyterError) else "not available"
+            print(
+                f"kf-jupyter: the cluster cannot be reached ({why}); this manifest uses runtime "
+                f"{rt_name!r} without checking that it exists.",
+                file=sys.stderr,
+            )
+        print(to_yaml(plan), end="")
+
+    # -- following a job -------------------------------------------------------------------------
+
+    def _follow(self, handle: JobHandle, args: Any) -> None:
+        timeout = args.timeout if args.timeout is not None else self.timeout
+        cancel = args.cancel_on_interrupt or self.cancel_on_interrupt
+        if self.use_widgets():
+            from ..widgets.monitor import JobMonitor
+
+            monitor = JobMonitor(
+                handle.client,
+                handle.name,
+                backend=handle.backend,
+                runtime=handle.runtime,
+                buffer_lines=self.buffer_lines,
+            )
+            self.monitors.append(monitor)
+            from IPython.display import display
+
+            display(monitor.widget)
+            monitor.start()
+            if args.no_wait:
+                return
+            self._wait_widget(handle, monitor, timeout, cancel)
+        else:
+            if args.no_wait:
+                print(f"Submitted {handle.name}; follow it with %kf_logs {handle.name} -f")
+                return
+            self._wait_text(handle, timeout, cancel)
+
+    def _interrupted(self, handle: JobHandle, cancel: bool, why: str) -> KFMagicError:
+        if cancel:
+            from ..widgets.monitor import cancel_job
+
+            cancel_job(handle.client, handle.name)
+            return _fail(f"{why}: job {handle.name} was cancelled (--cancel-on-interrupt).")
+        return _fail(
+            f"{why}: stopped following job {handle.name}, which keeps running. Reattach with "
+            f"%kf_logs {handle.name} -f, check it with %kf_jobs, or stop it with "
+            f"%kf_delete {handle.name}."
+        )
+
+    def _wait_widget(self, handle: JobHandle, monitor: Any, timeout: Any, cancel: bool) -> None:
+        try:
+            job = handle.client.wait_for_job_status(
+                handle.name, frozenset({COMPLETE, FAILED}), timeout=timeout or 10**9
+            )
+        except KeyboardInterrupt:
+            monitor.stop(detached=not cancel)
+            raise self._interrupted(handle, cancel, "Interrupted") from None
+        except TimeoutError:
+            monitor.stop(detached=True)
+            raise self._interrupted(handle, False, f"Timed out after {timeout} s") from None
+        except JobFailedError:
+            job = handle.client.get_job(handle.name)
+        try:
+            monitor.join(timeout=10)
+        except KeyboardInterrupt:
+            pass
+        monitor.finish(job)
+        if job.status == FAILED:
+            raise self._failed(handle, job, monitor.state.failure_tail(job))
+
+    def _wait_text(self, handle: JobHandle, timeout: Any, cancel: bool) -> None:
+        from ..widgets.state import LogState
+
+        state = LogState(buffer_lines=self.buffer_lines)
+        deadline = time.monotonic() + timeout if timeout else None
+        color = bool(getattr(sys.stdout, "isatty", lambda: False)())
+        try:
+            for rec in handle.client.iter_log_records(handle.name, follow=True):
+                shown = state.add(rec.source, rec.line)
+                if shown:
+                    print(state.text_prefix(rec.source, color) + rec.line, flush=False)
+                if deadline and time.monotonic() > deadline:
+                    raise TimeoutError
+            job = handle.client.wait_for_job_status(
+                handle.name, frozenset({COMPLETE, FAILED}), timeout=60
+            )
+        except KeyboardInterrupt:
+            raise self._interrupted(handle, cancel, "Interrupted") from None
+        except TimeoutError:
+            raise self._interrupted(handle, False, f"Timed out after {timeout} s") from None
+        except JobFailedError:
+            job = handle.client.get_job(handle.name)
+        sys.stdout.flush()
+        if job.status == FAILED:
+            raise self._failed(handle, job, state.failure_tail(job))
+
+    def _failed(self, handle: JobHandle, job: Any, tail: tuple[str, list[str]]) -> KFMagicError:
+        source, lines = tail
+        why = " ".join(p for p in (job.reason, job.message) if p) or "a process exited non-zero"
+        last = ""
+        if lines:
+            last = f" Last lines of {source}:\n" + "\n".join("    " + ln for ln in lines)
+        return _fail(
+            f"Job {handle.name} failed ({why}). Full logs: %kf_logs {handle.name}; delete it "
+            f"with %kf_delete {handle.name}.{last}"
+        )
+
+    # -- line magics -------------------------------------------------------------------------
+
+    @ma.magic_arguments()
+    @ma.argument("backend", nargs="?", choices=("local", "kubernetes"), default=None)
+    @ma.argument("--namespace", default=None)
+    @line_magic
+    def kf_backend(self, line: str) -> None:
+        """Show or set the session's default backend and namespace."""
+        args = ma.parse_argstring(self.kf_backend, line)
+        if args.backend:
+            self.backend = args.backend
+        if args.namespace is not None:
+            self.namespace = args.namespace
+        ns = f", namespace {self.namespace}" if self.namespace and self.backend != "local" else ""
+        print(f"kf-jupyter backend: {self.backend}{ns}")
+
+    @ma.magic_arguments()
+    @ma.argument("framework", nargs="?", default=None)
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @line_magic
+    def kf_runtimes(self, line: str) -> None:
+        """List the training runtimes (optionally of one framework)."""
+        args = ma.parse_argstring(self.kf_runtimes, line)
+        from .render import RUNTIME_HEADERS, runtime_rows
+
+        runtimes = self._guard(lambda: self.client(args.backend).list_runtimes(args.framework))
+        self._table(RUNTIME_HEADERS, runtime_rows(runtimes), "No training runtimes.")
+
+    @ma.magic_arguments()
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @line_magic
+    def kf_jobs(self, line: str) -> None:
+        """List the jobs: name, framework, backend, status, nodes, age, and actions."""
+        args = ma.parse_argstring(self.kf_jobs, line)
+        from .render import JOB_HEADERS, job_rows
+
+        jobs = self._guard(lambda: self.client(args.backend).list_jobs())
+        rows = job_rows(jobs)
+        if self.use_widgets() and rows:
+            from IPython.display import display
+
+            from ..widgets.tables import JobsTable
+
+            display(JobsTable(self, rows, args.backend).widget)
+            return
+        self._table(
+            (*JOB_HEADERS, "actions"),
+            [[*r, f"%kf_logs {r[0]} | %kf_delete {r[0]}"] for r in rows],
+            "No jobs.",
+        )
+
+    def _table(self, headers: Any, rows: list[list[str]], empty: str) -> None:
+        from .render import html_table, text_table
+
+        if not rows:
+            print(empty)
+            return
+        if getattr(self.shell, "kernel", None) is not None:
+            from IPython.display import HTML, display
+
+            display(HTML(html_table(headers, rows)))
+        else:
+            print(text_table(headers, rows))
+
+    @ma.magic_arguments()
+    @ma.argument("name")
+    @ma.argument("-f", "--follow", action="store_true", help="follow until the job ends")
+    @ma.argument("--tail", type=int, default=None, help="only the last N lines")
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @line_magic
+    def kf_logs(self, line: str) -> None:
+        """Print a job's logs (`-f` follows until the job ends; interrupt to stop)."""
+        args = ma.parse_argstring(self.kf_logs, line)
+
+        def run() -> None:
+            client = self.client(args.backend)
+            try:
+                for text in client.get_job_logs(
+                    args.name, follow=args.follow, tail_lines=args.tail
+                ):
+                    print(text, flush=args.follow)
+            except KeyboardInterrupt:
+                print(f"Stopped following {args.name}; it keeps running.")
+
+        self._guard(run)
+
+    @ma.magic_arguments()
+    @ma.argument("name")
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @line_magic
+    def kf_delete(self, line: str) -> None:
+        """Delete a job and stop its processes."""
+        args = ma.parse_argstring(self.kf_delete, line)
+        self._guard(lambda: self.client(args.backend).delete_job(args.name))
+        print(f"Deleted job {args.name}.")
+
+    @ma.magic_arguments()
+    @ma.argument("--reset", action="store_true", help="clear the session RuntimeConfig and options")
+    @line_magic
+    def kf_config(self, line: str) -> Any:
+        """Show the RuntimeConfig and pod-override forms; Apply sets the session defaults."""
+        args = ma.parse_argstring(self.kf_config, line)
+        if args.reset:
+            self.runtime_config = None
+            self.options = None
+            print("kf-jupyter: session RuntimeConfig and options cleared.")
+            return None
+        if not self.use_widgets():
+            print(
+                f"kf-jupyter session defaults: backend={self.backend}, namespace={self.namespace}, "
+                f"runtime_config={self.runtime_config!r}, options={self.options!r}. The forms "
+                "need a notebook; here use --config VAR / --options VAR or %config "
+                "KubeflowMagics.<name> = value."
+            )
+            return None
+        from ..widgets.forms import SessionConfigPanel
+
+        panel = SessionConfigPanel(self)
+        from IPython.display import display
+
+        display(panel.widget)
+        return None

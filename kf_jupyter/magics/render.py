@@ -1,0 +1,105 @@
+"""Text and HTML renderings used by the magics: dry-run YAML, job and runtime tables."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..config import mask_secrets
+
+
+def to_yaml(obj: Any) -> str:
+    """YAML of a manifest or plan; multi-line strings in `|` block style; secrets masked."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+        if "\n" in data:
+            # PyYAML falls back to a quoted style itself when block style cannot be exact.
+            return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+    _Dumper.add_representer(str, _str)
+    text = yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+    return mask_secrets(text)
+
+
+def age(created: datetime | None, now: datetime | None = None) -> str:
+    """A short age like `42s`, `5m`, `3h`, `2d`."""
+    if created is None:
+        return "-"
+    now = now or datetime.now(UTC)
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    secs = max(0, int((now - created).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table with aligned columns."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(str(c))) for w, c in zip(widths, row)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], raw_cols: int = 0) -> str:
+    """An HTML table; cells are escaped except the last `raw_cols` columns (already HTML)."""
+    head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in headers)
+    body = []
+    n = len(headers)
+    for row in rows:
+        cells = []
+        for i, c in enumerate(row):
+            text = str(c) if i >= n - raw_cols else html.escape(str(c))
+            cells.append(f"<td style='text-align:left'>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        "<table class='kf-jupyter-table'><thead><tr>"
+        + head
+        + "</tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table>"
+    )
+
+
+JOB_HEADERS = ("name", "framework", "backend", "status", "nodes", "age")
+
+
+def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
+    """Rows of the jobs table (name, framework, backend, status, nodes, age)."""
+    rows = []
+    for j in sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC)):
+        nodes = str(j.num_nodes)
+        if j.num_proc_per_node:
+            nodes += f"x{j.num_proc_per_node}"
+        rows.append([j.name, j.framework or "-", j.backend, j.status, nodes, age(j.creation_time)])
+    return rows
+
+
+RUNTIME_HEADERS = ("name", "framework", "policy", "nodes", "image", "note")
+
+
+def runtime_rows(runtimes: Sequence[Any]) -> list[list[str]]:
+    """Rows of the runtimes table."""
+    return [
+        [
+            r.name,
+            r.framework,
+            r.ml_policy,
+            str(r.num_nodes),
+            r.image or "-",
+            "deprecated" if r.deprecated else ("default" if r.is_default else ""),
+        ]
+        for r in runtimes
+    ]

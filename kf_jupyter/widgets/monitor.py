@@ -1,0 +1,310 @@
+"""JobMonitor: the live view a training cell displays (status, logs of every rank, progress).
+
+A reader thread consumes `client.iter_log_records(name, follow=True)` into a bounded `LogState`;
+a flusher thread turns it into widget trait updates: the log view at most every
+`log_interval` (0.25 s), the header, progress bar and metric chart at most every
+`stats_interval` (1 s). Nothing calls `display()` or writes to an Output from a thread, so a
+notebook run by nbclient/nbval gets no stray outputs, and the message rate stays under 10/s
+whatever the log rate.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from ..types import COMPLETE, FAILED, LogRecord, TrainJob
+from .state import LogState
+
+_BADGE = {
+    "Created": "#6c757d",
+    "Running": "#0d6efd",
+    "Complete": "#198754",
+    "Failed": "#dc3545",
+    "Detached": "#6f42c1",
+    "Cancelled": "#fd7e14",
+}
+
+
+def cancel_job(client: Any, name: str) -> None:
+    """Stop a job, keeping its record and logs when the backend can (local `cancel_job`)."""
+    cancel = getattr(getattr(client, "backend", None), "cancel_job", None)
+    if callable(cancel):
+        cancel(name)
+    else:
+        client.delete_job(name)
+
+
+def _fmt_elapsed(seconds: float) -> str:
+    s = int(max(0, seconds))
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
+
+
+class JobMonitor:
+    """Live monitor of one job; `.widget` is the ipywidgets box to display.
+
+    `records` replaces the client's log stream (tests and benchmarks feed their own).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        backend: str = "",
+        runtime: str = "",
+        buffer_lines: int = 400,
+        log_interval: float = 0.25,
+        stats_interval: float = 1.0,
+        records: Iterable[LogRecord] | None = None,
+        poll_status: bool = True,
+    ) -> None:
+        import ipywidgets as w
+
+        self.client = client
+        self.name = name
+        self.backend = backend or getattr(client, "backend_name", "")
+        self.runtime = runtime
+        self.state = LogState(buffer_lines=buffer_lines)
+        self.log_interval = log_interval
+        self.stats_interval = stats_interval
+        self.status = "Created"
+        self.started = time.time()
+        self.ended: float | None = None
+        self._records = records
+        self._poll_status = poll_status
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reader_done = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._filter: str | None = None
+        self._sources_shown: tuple[str, ...] = ()
+        self.error: BaseException | None = None
+
+        self.header = w.HTML(self._header_html())
+        self.rank_filter = w.Dropdown(
+            options=[("all ranks", "")], value="", layout=w.Layout(width="140px")
+        )
+        self.cancel_button = w.Button(
+            description="Cancel", button_style="danger", layout=w.Layout(width="80px")
+        )
+        self.progress = w.FloatProgress(
+            value=0.0, min=0.0, max=1.0, layout=w.Layout(display="none", width="98%")
+        )
+        self.chart = w.HTML("")
+        self.failure = w.HTML("", layout=w.Layout(display="none"))
+        self.log = w.HTML(self.state.render_log_html())
+        self.footer = w.HTML(self._footer_html())
+        self.widget = w.VBox(
+            [
+                w.HBox([self.header, self.rank_filter, self.cancel_button]),
+                self.progress,
+                self.chart,
+                self.failure,
+                self.log,
+                self.footer,
+            ]
+        )
+        self.rank_filter.observe(self._on_filter, names="value")
+        self.cancel_button.on_click(self._on_cancel)
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def _header_html(self) -> str:
+        end = self.ended or time.time()
+        colour = _BADGE.get(self.status, "#6c757d")
+        rt = f" · runtime {html.escape(self.runtime)}" if self.runtime else ""
+        return (
+            f"<b>{html.escape(self.name)}</b> · {html.escape(self.backend)}{rt} · "
+            f"<span class='kf-status' style='background:{colour};color:white;padding:1px 6px;"
+            f"border-radius:8px'>{html.escape(self.status)}</span> · "
+            f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span>"
+        )
+
+    def _footer_html(self) -> str:
+        path = self.log_path()
+        where = (
+            f"full log on disk: <code>{html.escape(path)}</code>"
+            if path
+            else f"full log: <code>%kf_logs {html.escape(self.name)}</code>"
+        )
+        return f"<small>{where} · view keeps the last {self.state.buffer.maxlen} lines</small>"
+
+    def log_path(self) -> str | None:
+        """Where the full log is on disk (local backend), if the backend says."""
+        backend = getattr(self.client, "backend", None)
+        fn = getattr(backend, "job_dir", None)
+        if not callable(fn):
+            return None
+        try:
+            return str(fn(self.name) / "logs")
+        except Exception:
+            return None
+
+    def _on_filter(self, change: dict[str, Any]) -> None:
+        self._filter = change["new"] or None
+        with self._lock:
+            self.log.value = self.state.render_log_html(self._filter)
+
+    def _on_cancel(self, _button: Any = None) -> None:
+        try:
+            cancel_job(self.client, self.name)
+        except Exception as exc:  # shown in the header, never raised into the frontend
+            self.failure.value = f"<b>Cancel failed:</b> {html.escape(str(exc))}"
+            self.failure.layout.display = ""
+            return
+        self.stop()
+        self._set_status("Cancelled")
+
+    # -- threads -----------------------------------------------------------------------------
+
+    def start(self) -> JobMonitor:
+        """Start following (reader and flusher threads; both are daemons)."""
+        reader = threading.Thread(
+            target=self._read, name=f"kf-monitor-read-{self.name}", daemon=True
+        )
+        flusher = threading.Thread(
+            target=self._flush_loop, name=f"kf-monitor-flush-{self.name}", daemon=True
+        )
+        self._threads = [reader, flusher]
+        reader.start()
+        flusher.start()
+        return self
+
+    def _stream(self) -> Iterator[LogRecord]:
+        if self._records is not None:
+            return iter(self._records)
+        return iter(self.client.iter_log_records(self.name, follow=True))
+
+    def _read(self) -> None:
+        try:
+            for rec in self._stream():
+                if self._stop.is_set():
+                    break
+                with self._lock:
+                    self.state.add(rec.source, rec.line)
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self._reader_done.set()
+
+    def _flush_loop(self) -> None:
+        next_stats = 0.0
+        next_poll = 0.0
+        while True:
+            done = self._reader_done.is_set() or self._stop.is_set()
+            now = time.monotonic()
+            if self._poll_status and now >= next_poll and not done:
+                next_poll = now + 2.0
+                self._poll()
+            self.flush_log()
+            if now >= next_stats or done:
+                next_stats = now + self.stats_interval
+                self.flush_stats()
+            if done:
+                return
+            self._reader_done.wait(self.log_interval)
+
+    def _poll(self) -> None:
+        try:
+            job = self.client.get_job(self.name)
+        except Exception:
+            return
+        self._apply_job(job)
+
+    def _apply_job(self, job: TrainJob) -> None:
+        if job.creation_time is not None:
+            created = job.creation_time
+            if created.tzinfo is None:
+                created = created.replace(tzinfo=UTC)
+            self.started = created.timestamp()
+        if job.completion_time is not None:
+            done = job.completion_time
+            if done.tzinfo is None:
+                done = done.replace(tzinfo=UTC)
+            self.ended = done.timestamp()
+        if self.status not in ("Cancelled", "Detached"):
+            self.status = job.status
+            if job.status in (COMPLETE, FAILED) and self.ended is None:
+                self.ended = datetime.now(UTC).timestamp()
+
+    def flush_log(self) -> None:
+        """Send the log view if it changed (one message)."""
+        with self._lock:
+            if not self.state.log_dirty:
+                return
+            self.state.log_dirty = False
+            value = self.state.render_log_html(self._filter)
+            sources = tuple(self.state.sources)
+        self.log.value = value
+        if sources != self._sources_shown:
+            self._sources_shown = sources
+            current = self.rank_filter.value
+            self.rank_filter.options = [("all ranks", ""), *((s, s) for s in sources)]
+            self.rank_filter.value = current if current in sources else ""
+
+    def flush_stats(self) -> None:
+        """Send the header (status, elapsed), progress bar and chart (one message each, if changed)."""
+        with self._lock:
+            dirty = self.state.stats_dirty
+            self.state.stats_dirty = False
+            progress = self.state.progress
+            chart = self.state.chart_svg() if dirty and self.state.metrics else None
+        header = self._header_html()
+        if header != self.header.value:
+            self.header.value = header
+        if dirty and progress is not None:
+            with self.progress.hold_sync():
+                self.progress.value = progress
+                self.progress.description = f"{progress:.0%}"
+                self.progress.layout.display = ""
+        if chart is not None:
+            self.chart.value = chart
+
+    def _set_status(self, status: str) -> None:
+        self.status = status
+        if self.ended is None and status != "Detached":
+            self.ended = time.time()
+        self.header.value = self._header_html()
+
+    def stop(self, detached: bool = False) -> None:
+        """Stop following (the job is not touched); `detached` marks the header so."""
+        self._stop.set()
+        self._reader_done.set()
+        for t in self._threads:
+            if t is not threading.current_thread() and t.name.startswith("kf-monitor-flush"):
+                t.join(timeout=2)
+        if detached:
+            self.status = "Detached"
+            self.header.value = self._header_html() + (
+                f" · reattach with <code>%kf_logs {html.escape(self.name)} -f</code>"
+            )
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the log stream to end and the last flush to be sent."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            t.join(left)
+
+    def finish(self, job: TrainJob) -> None:
+        """Show the final status; on failure put the failing rank's last lines in front."""
+        self._apply_job(job)
+        self.flush_log()
+        self.flush_stats()
+        self.header.value = self._header_html()
+        if job.status == FAILED:
+            with self._lock:
+                source, lines = self.state.failure_tail(job)
+            if lines:
+                body = "\n".join(html.escape(ln) for ln in lines)
+                self.failure.value = (
+                    f"<div style='border-left:4px solid #dc3545;padding-left:6px'><b>{html.escape(source)}"
+                    f" failed — last lines:</b><pre style='margin:0'>{body}</pre></div>"
+                )
+                self.failure.layout.display = ""

@@ -1,0 +1,172 @@
+"""What the job monitor knows, apart from any widget: bounded buffers, progress, metrics.
+
+Pure Python (no ipywidgets): the monitor widget and the terminal fallback both feed it, and tests
+drive it directly. Memory stays bounded however many lines pass: a ring buffer of the last
+`buffer_lines` lines, the last `tail_lines` lines per source, and at most `max_points` points
+per metric (older points are thinned, every other one dropped, when the series is full).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections import deque
+from typing import Any
+
+from ..constants import REPORT_PREFIX, RESULT_PREFIX
+from ..report import parse_report
+
+#: Rank prefix colours (readable on light and dark themes).
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+_ANSI = (34, 31, 32, 35, 33, 36, 90, 95)
+_ERROR_HINT = re.compile(r"Traceback|Error|Exception|exited with|FAILED|Killed")
+
+
+def _source_key(source: str) -> tuple[int, str]:
+    m = re.search(r"(\d+)$", source)
+    return (int(m.group(1)) if m else -1, source)
+
+
+class LogState:
+    """Bounded view of a job's logs and reports."""
+
+    def __init__(self, buffer_lines: int = 400, tail_lines: int = 20, max_points: int = 200):
+        self.buffer: deque[tuple[str, str]] = deque(maxlen=max(1, buffer_lines))
+        self.tail_lines = tail_lines
+        self.tails: dict[str, deque[str]] = {}
+        self.colours: dict[str, int] = {}
+        self.lines = 0
+        self.bytes = 0
+        self.progress: float | None = None
+        self.step: int | None = None
+        self.metrics: dict[str, list[tuple[float, float]]] = {}
+        self._stride: dict[str, int] = {}
+        self._seen: dict[str, int] = {}
+        self.max_points = max(4, max_points)
+        self.result_line: str | None = None
+        self.last_error_source: str | None = None
+        self.log_dirty = False
+        self.stats_dirty = False
+
+    @property
+    def sources(self) -> list[str]:
+        """Sources seen so far, in rank order."""
+        return sorted(self.colours, key=_source_key)
+
+    def colour_index(self, source: str) -> int:
+        """A stable colour slot for a source."""
+        if source not in self.colours:
+            self.colours[source] = len(self.colours)
+            self.tails[source] = deque(maxlen=self.tail_lines)
+        return self.colours[source]
+
+    def add(self, source: str, line: str) -> bool:
+        """Take one line; return True when it belongs in the log view (not a report/result)."""
+        self.colour_index(source)
+        self.lines += 1
+        self.bytes += len(line) + 1
+        if REPORT_PREFIX in line:
+            rec = parse_report(line)
+            if rec is not None:
+                self._report(rec)
+                return False
+        if line.startswith(RESULT_PREFIX):
+            self.result_line = line[len(RESULT_PREFIX) :]
+            return False
+        self.buffer.append((source, line))
+        self.tails[source].append(line)
+        if _ERROR_HINT.search(line):
+            self.last_error_source = source
+        self.log_dirty = True
+        return True
+
+    def _report(self, rec: dict[str, Any]) -> None:
+        prog = rec.get("progress")
+        if isinstance(prog, int | float):
+            self.progress = min(1.0, max(0.0, float(prog)))
+        step = rec.get("step")
+        if isinstance(step, int | float):
+            self.step = int(step)
+        for name, value in rec["metrics"].items():
+            n = self._seen.get(name, 0)
+            self._seen[name] = n + 1
+            stride = self._stride.get(name, 1)
+            if n % stride:
+                continue
+            series = self.metrics.setdefault(name, [])
+            x = float(step) if isinstance(step, int | float) else float(n)
+            series.append((x, value))
+            if len(series) > self.max_points:
+                del series[::2]
+                self._stride[name] = stride * 2
+        self.stats_dirty = True
+
+    # -- renderings ----------------------------------------------------------------------------
+
+    def text_prefix(self, source: str, colour: bool = False) -> str:
+        """`[rank-1] ` (ANSI-coloured when `colour`)."""
+        if not colour:
+            return f"[{source}] "
+        code = _ANSI[self.colour_index(source) % len(_ANSI)]
+        return f"\x1b[{code}m[{source}]\x1b[0m "
+
+    def render_log_html(self, only: str | None = None, limit: int | None = None) -> str:
+        """The buffered lines as escaped HTML with coloured prefixes (one source, or all)."""
+        rows = [(s, ln) for s, ln in self.buffer if only is None or s == only]
+        if limit is not None:
+            rows = rows[-limit:]
+        parts = []
+        for s, ln in rows:
+            colour = PALETTE[self.colours.get(s, 0) % len(PALETTE)]
+            parts.append(f"<span style='color:{colour}'>[{s}]</span> {html.escape(ln)}")
+        return (
+            "<pre class='kf-log' style='max-height:24em;overflow:auto;margin:0;"
+            "font-size:12px;line-height:1.3;white-space:pre-wrap'>" + "\n".join(parts) + "</pre>"
+        )
+
+    def failure_tail(self, job: Any = None) -> tuple[str, list[str]]:
+        """The failing source and its last lines (from the job's failed step when known)."""
+        candidates: list[str] = []
+        for step in getattr(job, "steps", None) or []:
+            failed = step.status == "Failed" or (step.exit_code not in (None, 0))
+            if failed and step.name in self.tails:
+                candidates.append(step.name)
+        if candidates:
+            source = sorted(candidates, key=_source_key)[0]
+        elif self.last_error_source:
+            source = self.last_error_source
+        elif self.buffer:
+            source = self.buffer[-1][0]
+        else:
+            return "", []
+        return source, list(self.tails.get(source, []))
+
+    def chart_svg(self, width: int = 320, height: int = 120) -> str:
+        """A small inline SVG line chart per metric over steps ('' when there are none)."""
+        charts = []
+        for i, (name, series) in enumerate(sorted(self.metrics.items())):
+            if not series:
+                continue
+            xs = [p[0] for p in series]
+            ys = [p[1] for p in series]
+            x0, x1 = min(xs), max(xs)
+            y0, y1 = min(ys), max(ys)
+            dx = (x1 - x0) or 1.0
+            dy = (y1 - y0) or 1.0
+            pad = 6
+            pts = " ".join(
+                f"{pad + (x - x0) / dx * (width - 2 * pad):.1f},"
+                f"{height - pad - (y - y0) / dy * (height - 2 * pad - 14):.1f}"
+                for x, y in series
+            )
+            colour = PALETTE[i % len(PALETTE)]
+            label = html.escape(f"{name}: {ys[-1]:.4g} (step {int(xs[-1])})")
+            charts.append(
+                f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+                f"class='kf-chart' data-metric='{html.escape(name)}'>"
+                f"<rect width='100%' height='100%' fill='none' stroke='#ccc'/>"
+                f"<text x='{pad}' y='12' font-size='11' fill='#444'>{label}</text>"
+                f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{pts}'/>"
+                "</svg>"
+            )
+        return "<div style='display:flex;flex-wrap:wrap;gap:6px'>" + "".join(charts) + "</div>"
