@@ -1,0 +1,1 @@
+"""Kubernetes backend (Kubeflow Trainer TrainJobs); `backend` imports the kubernetes client."""

@@ -1,0 +1,295 @@
+"""Follow the logs of every pod of a TrainJob at once, as one generator of tagged records.
+
+Two watches (the TrainJob, and the job's pods) tell the follower when pods appear, start and
+end, and when the job ends. Each pod that has started gets a reader thread that streams its log
+(`follow=true`) and counts the lines it has passed on; after a dropped connection it reconnects
+and skips that many lines, so no line is repeated or lost (a partial last line is held back until
+the pod has ended). The generator ends when the job has ended and every reader has finished.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ...errors import JobNotFoundError
+from ...types import COMPLETE, FAILED, LogRecord
+from .errors import Where, is_api_exception, retryable
+from .watch import BACKOFF_MAX, BACKOFF_START, SYNC, ObjectWatch, _close
+
+if TYPE_CHECKING:
+    from .backend import KubernetesBackend
+
+ENDED = ("Succeeded", "Failed")
+CLEAN_END_WAIT = 2.0  # a stream ended but the pod has not ended yet: wait this long for news
+
+
+def _terminal(obj: dict[str, Any]) -> bool:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") in (COMPLETE, FAILED) and c.get("status") == "True":
+            return True
+    return False
+
+
+def _started(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Running", *ENDED):
+        return True
+    return any(
+        (cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated")
+        for cs in status.get("containerStatuses") or []
+    )
+
+
+class _Reader(threading.Thread):
+    """Streams one pod's log into the follower's queue; resumes by line count."""
+
+    def __init__(self, follower: LogFollower, pod: dict[str, Any]) -> None:
+        from .backend import pod_container, pod_source
+
+        super().__init__(daemon=True, name=f"kf-log-{pod['metadata']['name']}")
+        self.f = follower
+        self.pod_name = pod["metadata"]["name"]
+        self.container = pod_container(pod)
+        self.source = pod_source(pod)[2]
+        self.phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        self.deleted = False
+        self.cond = threading.Condition()
+        self._version = 0
+        self._resp: Any = None
+        self.reconnects = 0
+
+    def update(self, pod: dict[str, Any] | None) -> None:
+        """The pod changed (or was deleted, when None)."""
+        with self.cond:
+            if pod is None:
+                self.deleted = True
+            else:
+                self.phase = str((pod.get("status") or {}).get("phase") or self.phase)
+            self._version += 1
+            self.cond.notify_all()
+
+    def _wait_change(self, seconds: float) -> None:
+        with self.cond:
+            seen = self._version
+            self.cond.wait_for(lambda: self._version != seen or self.f.stop.is_set(), seconds)
+
+    def close(self) -> None:
+        """Unblock a read (the follower is closing)."""
+        resp = self._resp
+        if resp is not None:
+            _close(resp)
+        with self.cond:
+            self.cond.notify_all()
+
+    def _open(self, follow: bool) -> Any:
+        resp = self.f.backend.core.read_namespaced_pod_log(
+            self.pod_name,
+            self.f.backend.namespace,
+            container=self.container,
+            follow=follow,
+            _preload_content=False,
+            _request_timeout=(10, None) if follow else (10, 120),
+        )
+        self._resp = resp
+        if self.f.stop.is_set():
+            _close(resp)
+        return resp
+
+    def _emit(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace")
+        if line.endswith("\r"):
+            line = line[:-1]
+        self.f.q.put(("line", LogRecord(self.source, line)))
+
+    def _tail(self, n: int) -> int:
+        """Pass on the last n lines logged so far; return how many lines exist (the offset)."""
+        last: collections.deque[bytes] = collections.deque(maxlen=n)
+        count, buf = 0, b""
+        resp = self._open(follow=False)
+        for chunk in resp.stream(amt=None, decode_content=False):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            count += len(lines)
+            last.extend(lines)
+        for raw in last:
+            self._emit(raw)
+        return count
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:
+            if not self.f.stop.is_set():
+                self.f.q.put(("error", exc))
+        finally:
+            self.f.q.put(("done", self))
+
+    def _run(self) -> None:
+        pos = 0  # complete lines passed on so far (the resume offset)
+        backoff = BACKOFF_START
+        tail = self.f.tail_lines
+        while not self.f.stop.is_set():
+            skip, buf, clean = pos, b"", False
+            try:
+                if tail is not None:
+                    pos = self._tail(tail)
+                    tail = None
+                    continue
+                resp = self._open(follow=True)
+                for chunk in resp.stream(amt=None, decode_content=False):
+                    buf += chunk
+                    if b"\n" not in buf:
+                        continue
+                    *lines, buf = buf.split(b"\n")
+                    for raw in lines:
+                        if skip:
+                            skip -= 1
+                            continue
+                        pos += 1
+                        self._emit(raw)
+                clean = True
+                backoff = BACKOFF_START
+            except Exception as exc:
+                if self.f.stop.is_set():
+                    return
+                code = getattr(exc, "status", None) if is_api_exception(exc) else None
+                if code == 404:
+                    return  # the pod is gone
+                if code == 400:  # not started yet (or no such container): wait for news
+                    if self.deleted or (self.phase in ENDED and self.f.job_done):
+                        return
+                    self._wait_change(1.0)
+                    continue
+                if not (retryable(exc) or isinstance(exc, OSError | ValueError)):
+                    where = Where("get", "pods/log", self.f.backend.namespace, self.pod_name)
+                    raise self.f.backend._error(exc, where) from None
+            finally:
+                resp, self._resp = self._resp, None
+                if resp is not None:
+                    _close(resp)
+            if self.f.stop.is_set():
+                return
+            ended = self.deleted or self.phase in ENDED
+            if clean and ended:
+                if buf and skip == 0:
+                    pos += 1
+                    self._emit(buf)  # the last line had no newline
+                return
+            self.reconnects += 1
+            if clean:
+                self._wait_change(CLEAN_END_WAIT)  # the pod's end has not reached us yet
+            else:
+                self.f.stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+
+
+class LogFollower:
+    """`records()` yields the log records of every pod of a job until the job ends."""
+
+    def __init__(
+        self, backend: KubernetesBackend, name: str, step: str | None, tail_lines: int | None
+    ) -> None:
+        self.backend = backend
+        self.name = name
+        self.step = step
+        self.tail_lines = tail_lines
+        self.q: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.stop = threading.Event()
+        self.job_done = False
+        self.readers: dict[str, _Reader] = {}  # by pod uid
+        self.running: set[_Reader] = set()
+
+    def _wanted(self, pod: dict[str, Any]) -> bool:
+        from .backend import pod_source
+
+        if self.step is None:
+            return True
+        rjob, _, source = pod_source(pod)
+        return self.step in (source, rjob)
+
+    def _pump(self, tag: str, watch: ObjectWatch) -> None:
+        try:
+            for etype, payload in watch:
+                self.q.put((tag, etype, payload))
+        except Exception as exc:
+            if not self.stop.is_set():
+                self.q.put(("error", exc))
+
+    def _on_pod(self, pod: dict[str, Any], deleted: bool = False) -> None:
+        uid = pod.get("metadata", {}).get("uid") or pod.get("metadata", {}).get("name")
+        reader = self.readers.get(uid)
+        if reader is not None:
+            reader.update(None if deleted else pod)
+            return
+        if deleted or not self._wanted(pod) or not _started(pod):
+            return
+        reader = _Reader(self, pod)
+        self.readers[uid] = reader
+        self.running.add(reader)
+        reader.start()
+
+    def _sync_pods(self, pods: list[dict[str, Any]]) -> None:
+        seen = set()
+        for pod in pods:
+            seen.add(pod.get("metadata", {}).get("uid"))
+            self._on_pod(pod)
+        for uid, reader in self.readers.items():
+            if uid not in seen:
+                reader.update(None)
+
+    def records(self) -> Iterator[LogRecord]:
+        """The generator (see the module docstring)."""
+        from .backend import pod_selector
+
+        job_watch = self.backend.trainjob_watch(self.name, stop=self.stop)
+        pod_watch = self.backend.pod_watch(pod_selector(self.name), stop=self.stop)
+        threads = [
+            threading.Thread(target=self._pump, args=("job", job_watch), daemon=True),
+            threading.Thread(target=self._pump, args=("pod", pod_watch), daemon=True),
+        ]
+        job_seen = False
+        try:
+            threads[0].start()
+            threads[1].start()
+            while True:
+                item = self.q.get()
+                kind = item[0]
+                if kind == "line":
+                    yield item[1]
+                    continue
+                if kind == "error":
+                    raise item[1]
+                if kind == "done":
+                    self.running.discard(item[1])
+                elif kind == "job":
+                    etype, payload = item[1], item[2]
+                    if etype == SYNC and not payload and not job_seen:
+                        raise JobNotFoundError(
+                            f"No TrainJob named {self.name!r} in namespace "
+                            f"{self.backend.namespace!r}. List the jobs with client.list_jobs()."
+                        )
+                    job_seen = True
+                    obj = payload[0] if etype == SYNC and payload else payload
+                    ended = etype == "DELETED" or (etype == SYNC and not payload)
+                    if (ended or _terminal(obj)) and not self.job_done:
+                        self.job_done = True
+                        # the pod watch may lag the job's: make sure every started pod is read
+                        self._sync_pods(self.backend._list_pods(pod_selector(self.name)))
+                elif kind == "pod":
+                    etype, payload = item[1], item[2]
+                    if etype == SYNC:
+                        self._sync_pods(payload)
+                    else:
+                        self._on_pod(payload, deleted=etype == "DELETED")
+                if self.job_done and not self.running:
+                    break
+        finally:
+            self.stop.set()
+            job_watch.close()
+            pod_watch.close()
+            for reader in list(self.readers.values()):
+                reader.close()
