@@ -6,6 +6,7 @@ import asyncio
 import functools
 import re
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 BACKENDS = ("local", "kubernetes")
+#: Seconds a failed kubernetes set-up is remembered by the `backends` route (a polling UI
+#: would otherwise re-read the kubeconfig on every poll).
+FAILURE_TTL = 5.0
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -84,6 +88,7 @@ class KFJupyterServer(LoggingConfigurable):
         self._streams_lock = threading.Lock()
         self._streams: set[threading.Event] = set()
         self._closed = False
+        self._kube_failure: tuple[float, str] | None = None
 
     # -- threads ----------------------------------------------------------------------------
 
@@ -196,6 +201,10 @@ class KFJupyterServer(LoggingConfigurable):
             "namespace": None,
             "error": None,
         }
+        failed = self._kube_failure
+        if failed is not None and time.monotonic() - failed[0] < FAILURE_TTL:
+            kube["error"] = failed[1]
+            return {"backends": [{"name": "local", "available": True}, kube], "default": "local"}
         try:
             client = await self.client("kubernetes", None)
         except KFJupyterError as exc:
@@ -204,8 +213,11 @@ class KFJupyterServer(LoggingConfigurable):
             self.log.warning("kf-jupyter: kubernetes backend unavailable", exc_info=True)
             kube["error"] = f"The kubernetes backend failed to start ({type(exc).__name__})."
         else:
+            self._kube_failure = None
             kube["available"] = True
             kube["namespace"] = getattr(client.backend, "namespace", None)
+        if kube["error"] is not None:
+            self._kube_failure = (time.monotonic(), kube["error"])
         return {
             "backends": [{"name": "local", "available": True}, kube],
             "default": "local",
