@@ -120,7 +120,7 @@ def test_args_must_exist_and_be_json(shell, capsys):
 
 def test_free_name_warning_names_the_variable(shell, capsys):
     shell.user_ns["batch_size"] = 32
-    result, out, err = run(shell, capsys, "%%torchtrain --dry-run\nprint(batch_size, epochs)\n")
+    result, _out, err = run(shell, capsys, "%%torchtrain --dry-run\nprint(batch_size, epochs)\n")
     assert result.success
     assert "'batch_size'" in err and "'epochs'" in err
     assert "--args batch_size" in err
@@ -241,7 +241,7 @@ def test_failed_job_shows_failing_rank_last_lines(shell, capsys):
 @pytest.mark.slow
 def test_no_wait_returns_at_once_and_handle_waits(shell, capsys):
     cell = "%%torchtrain -n 1 -p 1 --no-wait -o job\nimport time\ntime.sleep(1)\nreturn 7\n"
-    result, out, err = run(shell, capsys, cell)
+    result, out, _err = run(shell, capsys, cell)
     assert result.success and "kf_logs" in out
     job = shell.user_ns["job"]
     assert job.status in ("Created", "Running")
