@@ -1,8 +1,8 @@
 """Latency of a trivial kf-jupyter route with 0 and then 50 open log streams, side by side.
 
 Starts a real Jupyter server (subprocess) with the extension on a temp job store, starts one
-real local job that prints 20 lines a second, measures `GET kf-jupyter/api/backends?...`
-round trips with no stream open, then again with N follow streams (SSE) open on that job, and
+real local job that prints 20 lines a second, measures `GET backends` and
+`GET jobs/<name>` round trips with no stream open, then again with N follow streams (SSE) open on that job, and
 prints median / p95 latency, the ratio, events received and the server's threads and RSS.
 
     .venv/bin/python bench/bench_server.py [--streams 50] [--requests 200]
@@ -86,28 +86,25 @@ async def run(base: str, token: str, job: str, streams: int, requests: int, pid:
 
     counts = [0] * streams
     started = [asyncio.Event() for _ in range(streams)]
+    host, port = base.split("//", 1)[1].rstrip("/").split(":")
+    path = f"/kf-jupyter/api/jobs/{job}/logs?backend=local&follow=1&tail=10"
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: token {token}\r\n"
+        "Accept: text/event-stream\r\n\r\n"
+    ).encode()
+    writers: list[asyncio.StreamWriter] = []
 
-    def cb(i: int):
-        def on_chunk(chunk: bytes) -> None:
+    async def stream(i: int) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writers.append(writer)
+        writer.write(request)
+        await writer.drain()
+        while chunk := await reader.read(65536):
             counts[i] += chunk.count(b"data: ")
             if counts[i]:
                 started[i].set()
 
-        return on_chunk
-
-    url = f"{base}kf-jupyter/api/jobs/{job}/logs?backend=local&follow=1&tail=10"
-    tasks = [
-        asyncio.ensure_future(
-            client.fetch(
-                url,
-                headers=headers,
-                streaming_callback=cb(i),
-                request_timeout=600,
-                raise_error=False,
-            )
-        )
-        for i in range(streams)
-    ]
+    tasks = [asyncio.ensure_future(stream(i)) for i in range(streams)]
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
     before = sum(counts)
     t0 = time.perf_counter()
@@ -117,18 +114,19 @@ async def run(base: str, token: str, job: str, streams: int, requests: int, pid:
     elapsed = time.perf_counter() - t0
     during = sum(counts) - before
     th1, rss1 = proc_status(pid)
-    client.close()  # drops every open stream
-    for t in tasks:
-        t.cancel()
+    for w in writers:  # the clients go away: close every stream's socket
+        w.close()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    client.close()
     await asyncio.sleep(3)
     th2, rss2 = proc_status(pid)
 
-    print(f"trivial route: GET kf-jupyter/api/jobs/<name> ({requests} sequential requests)")
-    print(f"  0 streams open : {summary(idle)}")
-    print(f"  {streams} streams open: {summary(busy)}")
-    print(
-        f"  ratio of medians (busy/idle): {statistics.median(busy) / statistics.median(idle):.2f}"
-    )
+    for label in routes:
+        print(f"{label}, {requests} sequential requests")
+        print(f"  0 streams open : {summary(idle[label])}")
+        print(f"  {streams} streams open: {summary(busy[label])}")
+        ratio = statistics.median(busy[label]) / statistics.median(idle[label])
+        print(f"  ratio of medians ({streams} streams / 0): {ratio:.2f}")
     print(
         f"  log events delivered to the {streams} streams meanwhile: {during} "
         f"in {elapsed:.1f} s ({during / elapsed:.0f}/s)"
