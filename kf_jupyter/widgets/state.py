@@ -97,7 +97,7 @@ class LogState:
             x = float(step) if isinstance(step, int | float) else float(n)
             series.append((x, value))
             if len(series) > self.max_points:
-                del series[::2]
+                series[:] = series[::2]
                 self._stride[name] = stride * 2
         self.stats_dirty = True
 
