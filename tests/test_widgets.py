@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import ClassVar
 
 import comm
 import pytest
@@ -23,7 +24,7 @@ from tests.manifests import assert_valid_trainjob
 class CountingComm(comm.base_comm.BaseComm):
     """A comm that records what would go to the frontend (message count and JSON bytes)."""
 
-    sent: list[tuple[float, int, str]] = []
+    sent: ClassVar[list[tuple[float, int, str]]] = []
 
     def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
         size = len(json.dumps(data or {}, default=str)) + sum(len(b) for b in buffers or [])
@@ -74,8 +75,8 @@ def test_state_reports_drive_progress_and_bounded_metrics():
     for s in range(1000):
         shown = st.add(
             "rank-0",
-            '##kf-jupyter:report {"step": %d, "progress": %f, '
-            '"metrics": {"loss": %f}}' % (s, s / 999, 1 / (s + 1)),
+            "##kf-jupyter:report "
+            + json.dumps({"step": s, "progress": s / 999, "metrics": {"loss": 1 / (s + 1)}}),
         )
         assert not shown
     assert st.progress == pytest.approx(1.0) and st.step == 999
@@ -263,7 +264,7 @@ def test_runtime_config_form_bad_value(comms, field, text, needle):
         assert form.value.env == {"PET_NNODES": "2"}
         return
     with pytest.raises(ValidationError, match=needle):
-        form.value
+        _ = form.value
     assert "kf-errors" in form.messages.value  # shown inline too
 
 
@@ -328,5 +329,5 @@ def test_pod_overrides_form_bad_value(comms, field, text, needle):
     form = PodOverridesForm()
     getattr(form, field).value = text
     with pytest.raises(ValidationError, match=needle):
-        form.value
+        _ = form.value
     assert "kf-errors" in form.messages.value
