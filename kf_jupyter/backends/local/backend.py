@@ -42,7 +42,7 @@ from ..base import StatusCallback, resolve_runtime_arg, tag_records
 from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
-from .logs import iter_records, list_sources
+from .logs import iter_records
 from .runtimes import LOCAL_RUNTIMES
 
 log = logging.getLogger("kf_jupyter.local")
@@ -474,11 +474,11 @@ class LocalBackend:
         tail_lines: int | None = None,
     ) -> Iterator[str]:
         """Log lines; tagged `[source] ` when the job has more than one source."""
-        jd = self.job_dir(name)
         st = self._status(name)
-        sources = list_sources(str(jd / "logs"))
-        expected = int(st.get("num_nodes") or 1) * int(st.get("num_proc_per_node") or 1)
-        multi = step is None and (len(sources) > 1 or expected > 1)
+        ranks = int(st.get("num_nodes") or 1) * int(st.get("num_proc_per_node") or 1)
+        processes = len(st.get("processes") or {}) or int(st.get("num_nodes") or 1)
+        # Decided by the job's shape, not by which files exist yet, so it never changes mid-stream.
+        multi = step is None and (ranks > 1 or processes > 1)
         return tag_records(self.iter_log_records(name, step, follow, tail_lines), multi)
 
     # ------------------------------------------------------------------ wait / delete

@@ -1,0 +1,69 @@
+"""Helpers shared by the local-backend tests (real processes; the process table via psutil)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kf_jupyter.backends.local.backend import LocalBackend
+from kf_jupyter.backends.local.config import LocalBackendConfig
+from kf_jupyter.client import TrainerClient
+
+
+def job_processes(name: str) -> list[psutil.Process]:
+    """Live processes started for job `name` (they carry KF_JUPYTER_JOB_NAME in their env)."""
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.environ().get("KF_JUPYTER_JOB_NAME") == name:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def supervisor_alive(backend: LocalBackend, name: str) -> bool:
+    """The job's supervisor process is still running."""
+    import json
+
+    st = json.loads((backend.jobs_dir / name / "status.json").read_text())
+    pid = st.get("supervisor_pid")
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def assert_no_orphans(name: str, timeout: float = 5.0) -> None:
+    """No process of job `name` is alive (waits up to `timeout` for them to go)."""
+    end = time.monotonic() + timeout
+    left = job_processes(name)
+    while left and time.monotonic() < end:
+        time.sleep(0.1)
+        left = job_processes(name)
+    assert not left, [(p.pid, p.cmdline()[:3]) for p in left]
+
+
+def wait_until(cond, timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll `cond()` every 50 ms until it holds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(name="client")
+def client_fixture(tmp_path: Path) -> TrainerClient:
+    """A TrainerClient on the local backend with a fresh state dir; deletes leftover jobs."""
+    c = TrainerClient(LocalBackendConfig(state_dir=tmp_path / "state"))
+    yield c
+    for job in c.list_jobs():
+        c.delete_job(job.name)
