@@ -250,7 +250,8 @@ def test_follow_latency_under_250ms(client):
 SECOND = textwrap.dedent(
     """
     import json, sys
-        from kf_jupyter.backends.local.config import LocalBackendConfig
+    from kf_jupyter.client import TrainerClient
+    from kf_jupyter.backends.local.config import LocalBackendConfig
     c = TrainerClient(LocalBackendConfig(state_dir=sys.argv[1]))
     jobs = [j.name for j in c.list_jobs()]
     print(json.dumps({"jobs": jobs}), flush=True)
@@ -285,7 +286,8 @@ KERNEL = textwrap.dedent(
     """
     import sys, time
     from kf_jupyter import JAXTrainer
-        from kf_jupyter.backends.local.config import LocalBackendConfig
+    from kf_jupyter.client import TrainerClient
+    from kf_jupyter.backends.local.config import LocalBackendConfig
     sys.path.insert(0, sys.argv[3])
     from tests.test_local_backend import wait_for_file
     c = TrainerClient(LocalBackendConfig(state_dir=sys.argv[1]))
