@@ -112,6 +112,58 @@ def test_missing_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
         _backend(str(tmp_path / "nope"), "default")
 
 
+def _pod_at(job: str, rjob: str, index: int, created: str, phase: str, suffix: str = "") -> dict:
+    pod = _pod(job, index)
+    pod["metadata"]["name"] += suffix
+    pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] = rjob
+    pod["metadata"]["creationTimestamp"] = created
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def test_newest_pod_per_index_wins_and_steps_are_ordered() -> None:
+    from kf_jupyter.backends.kubernetes.backend import newest_pods, pod_step
+
+    pods = [
+        _pod_at("j", "node", 1, "2026-01-01T00:00:05Z", "Running"),
+        _pod_at("j", "node", 0, "2026-01-01T00:00:01Z", "Failed", "-old"),
+        _pod_at("j", "node", 0, "2026-01-01T00:00:09Z", "Running", "-new"),
+        _pod_at("j", "launcher", 0, "2026-01-01T00:00:02Z", "Running"),
+    ]
+    steps = [pod_step(p) for p in newest_pods(pods)]
+    assert [(s.name, s.status, s.rank) for s in steps] == [
+        ("launcher", "Running", None),
+        ("node-0", "Running", 0),
+        ("node-1", "Running", 1),
+    ]
+
+
+def test_status_from_conditions_pods_and_jobs_status() -> None:
+    from kf_jupyter.backends.kubernetes.backend import job_status
+
+    def cond(t: str, s: str = "True", reason: str = "R") -> dict:
+        return {"type": t, "status": s, "reason": reason, "message": "m"}
+
+    running = [_pod_at("j", "node", i, "2026-01-01T00:00:00Z", "Running") for i in range(2)]
+    assert job_status({"status": {"conditions": [cond("Complete")]}}, running, 2)[0] == COMPLETE
+    assert job_status({"status": {"conditions": [cond("Failed")]}}, running, 2)[0] == "Failed"
+    assert job_status(
+        {"status": {"conditions": [cond("Suspended", reason="Suspended")]}}, [], 2
+    ) == (
+        CREATED,
+        "Suspended",
+        "m",
+    )
+    resumed = {"status": {"conditions": [cond("Suspended", "False", "Resumed")]}}
+    assert job_status(resumed, running, 2)[0] == RUNNING  # the SDK would say Created
+    assert job_status({}, running[:1], 2)[0] == CREATED  # one of two nodes up
+    ready = {"status": {"jobsStatus": [{"name": "node", "ready": 1, "active": 1}]}}
+    assert job_status(ready, None, 2)[0] == RUNNING
+    assert job_status({"status": {"jobsStatus": [{"name": "node", "active": 1}]}}, None, 2)[0] == (
+        CREATED
+    )
+
+
 # -- against the real API server ---------------------------------------------------------------
 
 

@@ -730,7 +730,10 @@ class KubernetesBackend:
         """The sources a job's logs come from (node-0..N-1, the launcher of MPI jobs, ...)."""
         sources = {s.name for s in job.steps}
         sources.update(f"node-{i}" for i in range(job.num_nodes))
-        rt = self._cached_runtimes().get((CLUSTER_RUNTIME_KIND, job.runtime))
+        cached = self._cached_runtimes()
+        rt = cached.get((RUNTIME_KIND, job.runtime)) or cached.get(
+            (CLUSTER_RUNTIME_KIND, job.runtime)
+        )
         if rt is not None and rt.ml_policy == "mpi":
             sources.add(LAUNCHER_JOB)
         if step is not None:
