@@ -1,0 +1,95 @@
+"""RuntimeConfig packages locally: nothing installed when satisfied; else one layered env, reused."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from pathlib import Path
+
+import pytest
+
+from kf_jupyter import JAXTrainer, RuntimeConfig
+from kf_jupyter.backends.local.envs import env_key, satisfied
+from kf_jupyter.errors import PackageInstallError
+
+from .test_local_support import client_fixture  # noqa: F401
+
+#: A tiny pure-python wheel that the project's environment does not have.
+MISSING = "inflection"
+
+
+def uses_packages():
+    import sys
+
+    import six
+
+    out = {"six": six.__version__, "python": sys.executable}
+    try:
+        import inflection
+
+        out["inflection"] = inflection.camelize("device_type")
+    except ImportError:
+        out["inflection"] = None
+    return out
+
+
+def trainer() -> JAXTrainer:
+    return JAXTrainer(func=uses_packages, initialize_distributed=False)
+
+
+def test_satisfied_packages_build_nothing(client):
+    rc = RuntimeConfig(packages_to_install=["six", "numpy>=1"])
+    name = client.train(trainer(), runtime_config=rc)
+    client.wait_for_job_status(name, timeout=60)
+    import sys
+
+    out = client.get_job_result(name)
+    assert Path(out["python"]).parent == Path(sys.executable).parent
+    assert out["inflection"] is None
+    assert not (client.backend.state_dir / "envs").exists()
+
+
+def test_satisfied_checks_versions_and_extras():
+    import sys
+
+    assert satisfied(sys.executable, ["six", "numpy>=1"])
+    assert not satisfied(sys.executable, ["numpy<1"])
+    assert not satisfied(sys.executable, ["no-such-package-kfj"])
+    assert env_key("p", ["b", "a"], []) == env_key("p", ["a", "b"], [])
+    assert env_key("p", ["a"], []) != env_key("p", ["a"], ["https://example.org/simple"])
+
+
+@pytest.mark.slow
+def test_missing_package_builds_one_env_and_reuses_it(client):
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version(MISSING)
+    rc = RuntimeConfig(packages_to_install=["six", MISSING])
+    name = client.train(trainer(), runtime_config=rc)
+    client.wait_for_job_status(name, timeout=240)
+    out = client.get_job_result(name)
+    assert out["inflection"] == "DeviceType"
+    envs = [p for p in (client.backend.state_dir / "envs").iterdir() if p.is_dir()]
+    assert len(envs) == 1 and Path(out["python"]).parent == envs[0] / "bin"
+    # The kernel's environment is untouched.
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version(MISSING)
+    # A second job with the same config reuses the env: train() adds well under a second.
+    t0 = time.perf_counter()
+    second = client.train(
+        trainer(), runtime_config=RuntimeConfig(packages_to_install=[MISSING, "six"])
+    )
+    spent = time.perf_counter() - t0
+    assert spent < 1.0, spent
+    client.wait_for_job_status(second, timeout=60)
+    assert client.get_job_result(second)["inflection"] == "DeviceType"
+    assert len([p for p in (client.backend.state_dir / "envs").iterdir() if p.is_dir()]) == 1
+
+
+@pytest.mark.slow
+def test_install_failure_is_a_clear_error(client):
+    rc = RuntimeConfig(packages_to_install=["kf-jupyter-no-such-package-xyz==9.9.9"])
+    with pytest.raises(PackageInstallError, match="kf-jupyter-no-such-package-xyz") as err:
+        client.train(trainer(), runtime_config=rc)
+    assert "pip's log" in str(err.value)
+    assert client.list_jobs() == []
+    assert [p for p in (client.backend.state_dir / "envs").iterdir() if p.is_dir()] == []
