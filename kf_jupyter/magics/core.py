@@ -493,12 +493,14 @@ class KubeflowMagics(Magics):
 
         jobs = self._guard(lambda: self.client(args.backend).list_jobs())
         rows = job_rows(jobs)
-        if self.use_widgets() and rows:
-            from IPython.display import display
+        if getattr(self.shell, "kernel", None) is not None:
+            self._table(JOB_HEADERS, rows, "No jobs.")
+            if self.use_widgets() and rows:
+                from IPython.display import display
 
-            from ..widgets.tables import JobsTable
+                from ..widgets.tables import JobsTable
 
-            display(JobsTable(self, rows, args.backend).widget)
+                display(JobsTable(self, rows, args.backend).widget)
             return
         self._table(
             (*JOB_HEADERS, "actions"),

@@ -1,22 +1,22 @@
-"""JobsTable: `%kf_jobs` in a notebook — the table plus Logs / Delete actions per job."""
+"""JobsTable: `%kf_jobs` actions in a notebook — pick a job, show its logs or delete it.
+
+The table itself is displayed as static HTML beside it, so a saved notebook keeps it.
+"""
 
 from __future__ import annotations
 
 import html
 from typing import Any
 
-from ..magics.render import JOB_HEADERS, html_table
-
 
 class JobsTable:
-    """An HTML table of jobs with a job picker and Logs / Delete buttons."""
+    """A job picker with Logs / Delete buttons (the rows come from `%kf_jobs`)."""
 
     def __init__(self, magics: Any, rows: list[list[str]], backend: str | None = None) -> None:
         import ipywidgets as w
 
         self.magics = magics
         self.backend = backend
-        self.table = w.HTML(html_table(JOB_HEADERS, rows))
         names = [r[0] for r in rows]
         self.pick = w.Dropdown(options=names, value=names[-1] if names else None)
         self.logs_button = w.Button(description="Logs")
@@ -25,7 +25,7 @@ class JobsTable:
         self.logs_button.on_click(lambda _b: self.show_logs())
         self.delete_button.on_click(lambda _b: self.delete())
         self.widget = w.VBox(
-            [self.table, w.HBox([self.pick, self.logs_button, self.delete_button]), self.output]
+            [w.HBox([self.pick, self.logs_button, self.delete_button]), self.output]
         )
 
     def show_logs(self, tail: int = 200) -> None:

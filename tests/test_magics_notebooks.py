@@ -1,0 +1,158 @@
+"""Whole notebooks executed by nbclient in a real kernel (slow): the monitor, -o, dry-run,
+free names, syntax errors and the interrupt path, as a user running the notebook sees them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import nbformat
+import pytest
+import yaml
+from jupyter_client.utils import run_sync
+from nbclient import NotebookClient
+
+from kf_jupyter.backends.local.config import LocalBackendConfig
+from kf_jupyter.client import TrainerClient
+from tests.manifests import assert_valid_trainjob
+
+pytestmark = pytest.mark.slow
+
+TRAIN_CELL = """%%torchtrain -n 1 -p 2 --args lr -o job
+import os
+import kf_jupyter
+for s in range(4):
+    kf_jupyter.report(step=s, progress=(s + 1) / 4, loss=1.0 / (s + 1))
+    print("step", s, "rank", os.environ["RANK"], flush=True)
+return {"lr": lr, "world": int(os.environ["WORLD_SIZE"])}
+"""
+
+
+def _nb(*cells: str | tuple[str, list[str]]) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    for c in cells:
+        src, tags = (c, []) if isinstance(c, str) else c
+        cell = nbformat.v4.new_code_cell(src)
+        cell.metadata["tags"] = tags
+        nb.cells.append(cell)
+    return nb
+
+
+def _text(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for o in cell.outputs:
+        if o.output_type == "stream":
+            parts.append(o.text)
+        elif o.output_type == "error":
+            parts.append(o.ename + ": " + o.evalue + "\n" + "\n".join(o.traceback))
+        elif "text/plain" in o.get("data", {}):
+            parts.append(o.data["text/plain"])
+    return "\n".join(parts)
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    yield tmp_path / "state"
+    client = TrainerClient(LocalBackendConfig(state_dir=tmp_path / "state"))
+    for j in client.list_jobs():
+        client.delete_job(j.name)
+
+
+def test_notebook_torch_cell_monitor_result_dryrun_freenames_syntax(state_dir, tmp_path):
+    nb = _nb(
+        "%load_ext kf_jupyter",
+        "lr = 0.25",
+        TRAIN_CELL,
+        "print(job.status, job.result)",
+        "%%torchtrain --backend kubernetes --dry-run --runtime torch-distributed --name nb-dry\n"
+        "import torch\nprint(torch.__version__)\n",
+        "%%torchtrain --dry-run\nprint(undefined_thing)\n",
+        ("%%torchtrain\nx = 1\nif x >\n    pass\n", ["raises-exception"]),
+        "%kf_jobs",
+    )
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    train = nb.cells[2]
+    # No stray outputs: the training cell shows the monitor and nothing else.
+    assert [o.output_type for o in train.outputs] == ["display_data"], train.outputs
+    assert "application/vnd.jupyter.widget-view+json" in train.outputs[0].data
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    values = [m["state"].get("value", "") for m in state.values() if m["model_name"] == "HTMLModel"]
+    log = next(v for v in values if "kf-log" in str(v))
+    assert "[rank-0]</span> step 3 rank 0" in log and "[rank-1]</span> step 3 rank 1" in log
+    header = next(v for v in values if "kf-status" in str(v))
+    assert "Complete" in header
+    progress = [m["state"] for m in state.values() if m["model_name"] == "FloatProgressModel"]
+    assert progress and progress[0]["value"] == pytest.approx(1.0)
+    assert any("data-metric='loss'" in str(v) for v in values)
+    assert _text(nb.cells[3]).strip() == "Complete {'lr': 0.25, 'world': 2}"
+    manifest = yaml.safe_load(
+        "".join(
+            o.text for o in nb.cells[4].outputs if o.output_type == "stream" and o.name == "stdout"
+        )
+    )
+    assert manifest["metadata"]["name"] == "nb-dry"
+    assert_valid_trainjob(manifest)
+    warn = _text(nb.cells[5])
+    assert "'undefined_thing'" in warn and "NameError" in warn
+    err = _text(nb.cells[6])
+    assert "Syntax error in the training cell at line 2" in err and "Traceback" not in err
+    jobs = TrainerClient(LocalBackendConfig(state_dir=state_dir)).list_jobs()
+    assert len(jobs) == 1  # the dry-runs and the syntax error submitted nothing
+    assert jobs[0].name in str(nb.cells[7].outputs)
+
+
+@pytest.mark.parametrize("widgets", ["off", "auto"])
+def test_notebook_interrupt_leaves_job_running_and_says_how_to_reattach(
+    state_dir, tmp_path, widgets
+):
+    nb = _nb(
+        f"%load_ext kf_jupyter\n%config KubeflowMagics.widgets = '{widgets}'",
+        (
+            "%%torchtrain -n 1 -p 1 -o job\nimport time\nfor i in range(300):\n"
+            "    print('tick', i, flush=True)\n    time.sleep(0.2)\n",
+            ["raises-exception"],
+        ),
+        "print(job.status)",
+    )
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    local = TrainerClient(LocalBackendConfig(state_dir=state_dir))
+
+    def interrupt_when_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            jobs = local.list_jobs()
+            if (
+                jobs
+                and jobs[0].status == "Running"
+                and any("tick 3" in ln for ln in local.get_job_logs(jobs[0].name))
+            ):
+                break
+            time.sleep(0.2)
+        run_sync(client.km.interrupt_kernel)()  # the kernel manager's own interrupt
+
+    with client.setup_kernel():
+        client.execute_cell(nb.cells[0], 0)
+        t = threading.Thread(target=interrupt_when_running, daemon=True)
+        t.start()
+        client.execute_cell(nb.cells[1], 1)
+        t.join(timeout=130)
+        client.execute_cell(nb.cells[2], 2)
+        client.set_widgets_metadata()
+    out = _text(nb.cells[1])
+    name = local.list_jobs()[0].name
+    if widgets == "off":
+        assert "tick 1" in out
+    else:
+        state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+        html = " ".join(str(m["state"].get("value", "")) for m in state.values())
+        assert "tick 1" in html and "Detached" in html
+    assert f"%kf_logs {name} -f" in out and "keeps running" in out
+    assert "Traceback" not in out
+    assert _text(nb.cells[2]).strip() == "Running"
+    assert local.get_job(name).status == "Running"
