@@ -1,0 +1,931 @@
+"""TEST STAND-IN, not a product component: plays the Kubeflow Trainer controller, JobSet, the
+garbage collector and one kubelet against a real API server, because none of them can run here.
+
+Written from ``../shared/docs/kubeflow-facts.md`` only; it never imports kf_jupyter, because its
+job is to check what kf_jupyter builds. For every new TrainJob (all namespaces) it resolves the
+runtime, creates one Pod per node index (``<job>-node-0-<i>``, JobSet labels, ``nodeName`` =
+``standin-node``) with the env the Trainer's EnforceMLPolicy plugins inject (torch ``PET_*``,
+jax ``JAX_*``, xgboost ``DMLC_*``, MPI: a ``launcher`` pod with a hostfile and ``OMPI_MCA_*``),
+runs each pod's command as a local subprocess, reports pod phases and the TrainJob status
+(``Complete``/``AllJobsCompleted`` or ``Failed``/``FailedJobs``, ``jobsStatus``), and serves
+``/containerLogs/NS/POD/CONTAINER`` (``follow``, ``tailLines``) over HTTPS as a kubelet would, so
+``GET .../pods/NAME/log`` goes through the real API server.
+
+The one deliberate deviation (there is no cluster DNS): in the *process* environment, command
+and args, the master host ``<job>-node-0-0.<job>`` becomes ``127.0.0.1`` and port 29500 becomes
+a free port per job (``/etc/mpi/hostfile`` becomes a local file, all slots on ``localhost``).
+The Pod objects keep the real values. Not modelled: initializer steps, restarts, suspend of
+running jobs, activeDeadlineSeconds, pod deletion by users, log timestamps.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import datetime as dt
+import functools
+import http.server
+import logging
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from tests.k8s_cluster.apiserver import free_port
+
+log = logging.getLogger("k8s-standin")
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+NODE_NAME = "standin-node"
+MASTER_PORT = 29500
+PORT_ENV = {"PET_MASTER_PORT", "DMLC_TRACKER_PORT", "MASTER_PORT"}
+T = TypeVar("T")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class _ConfigError(Exception):
+    """A pod's env cannot be resolved (kubelet: CreateContainerConfigError)."""
+
+
+@dataclass
+class PodRun:
+    namespace: str
+    name: str
+    rjob: str  # replicated job: node | launcher
+    index: int
+    body: dict[str, Any]
+    cwd: Path
+    argv: list[str]  # empty: nothing to run (MPI worker, which would run sshd)
+    localize: Callable[[str], str]
+    port: int  # the free port standing in for 29500
+    proc: subprocess.Popen[bytes] | None = None
+    exit_code: int | None = None
+    waiting: str | None = None  # CreateContainerConfigError message
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def container(self) -> str:
+        return str(self.body["spec"]["containers"][0]["name"])
+
+    @property
+    def log_path(self) -> Path:
+        return self.cwd / "container.log"
+
+
+@dataclass
+class JobRun:
+    namespace: str
+    name: str
+    uid: str
+    pods: list[PodRun] = field(default_factory=list)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    last_status: dict[str, Any] | None = None
+
+
+class StandIn:
+    """Trainer controller + JobSet + kubelet stand-in. ``start()`` / ``stop()``; one per cluster."""
+
+    def __init__(self, kubeconfig: str, cert_file: str, key_file: str) -> None:
+        self._api = config.new_client_from_config(config_file=kubeconfig)
+        self.core = client.CoreV1Api(self._api)
+        self.custom = client.CustomObjectsApi(self._api)
+        self._cert = (cert_file, key_file)
+        self.workdir = Path(tempfile.mkdtemp(prefix="kf-standin-"))
+        self._jobs: dict[str, JobRun] = {}  # by TrainJob uid
+        self._pods: dict[tuple[str, str], PodRun] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._httpd: http.server.ThreadingHTTPServer | None = None
+        self._watch_resp: Any = None
+        self._bin_dir = str(Path(sys.prefix) / "bin")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> StandIn:
+        self._httpd = _KubeletServer(self)
+        self._spawn(self._httpd.serve_forever, "kubelet")
+        self._register_node(self._httpd.server_address[1])
+        self._spawn(self._watch_trainjobs, "trainjob-watch")
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        sock = getattr(getattr(self._watch_resp, "connection", None), "sock", None)
+        if sock is not None:  # end the watch now (close() would wait for the reading thread)
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            job.cancelled.set()
+            self._kill(job)
+        for job in jobs:
+            if job.thread is not None:
+                job.thread.join(10)
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        for t in self._threads:
+            t.join(2)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _spawn(self, target: Callable[[], object], name: str) -> threading.Thread:
+        t = threading.Thread(target=target, name=f"standin-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+        return t
+
+    def _retry(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call the API, riding out an API server restart (5xx / connection errors) for 60 s."""
+        deadline = time.monotonic() + 60
+        kwargs.setdefault("_request_timeout", 30)
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except ApiException as e:
+                if 0 < e.status < 500 and e.status != 429:
+                    raise
+                err: Exception = e
+            except Exception as e:  # urllib3 connection errors while the server restarts
+                err = e
+                self._wait_ready()
+            if time.monotonic() > deadline or self._stop.is_set():
+                raise err
+            time.sleep(0.3)
+
+    def _wait_ready(self, timeout: float = 120.0) -> None:
+        """Poll /readyz with short plain requests. A kubernetes-client request sent while the API
+        server is starting can stall ~13 s (even with a request timeout); after /readyz it won't."""
+        cfg = self._api.configuration
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+        headers = {"Authorization": cfg.api_key.get("authorization", "")}
+        req = urllib.request.Request(f"{cfg.host}/readyz", headers=headers)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(req, timeout=1, context=ctx):
+                    return
+            except OSError:
+                time.sleep(0.2)
+
+    def _register_node(self, port: int) -> None:
+        status = {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kf-jupyter test stand-in",
+                    "lastHeartbeatTime": _now(),
+                    "lastTransitionTime": _now(),
+                }
+            ],
+        }
+        body = {"metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}}}
+        try:
+            self._retry(self.core.create_node, {**body, "status": status})
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        self._retry(self.core.patch_node_status, NODE_NAME, {"status": status})
+
+    # -- TrainJob watch ----------------------------------------------------------------------
+    def _watch_trainjobs(self) -> None:
+        @functools.wraps(self.custom.list_cluster_custom_object)
+        def list_and_keep(*args: Any, **kwargs: Any) -> Any:
+            self._watch_resp = self.custom.list_cluster_custom_object(*args, **kwargs)
+            return self._watch_resp  # kept so that stop() can close the stream
+
+        while not self._stop.is_set():
+            try:
+                lst = self._retry(
+                    self.custom.list_cluster_custom_object, GROUP, VERSION, "trainjobs"
+                )
+                log.debug("trainjob watch: listed %d", len(lst["items"]))
+                self._resync(lst["items"])
+                w = watch.Watch()
+                for ev in w.stream(
+                    list_and_keep,
+                    GROUP,
+                    VERSION,
+                    "trainjobs",
+                    resource_version=lst["metadata"]["resourceVersion"],
+                    timeout_seconds=60,
+                ):
+                    if self._stop.is_set():
+                        break
+                    if ev["type"] == "ERROR":
+                        break
+                    self._on_event(ev["type"], ev["object"])
+            except Exception as e:  # server restarting, 410 Gone, ...: list again
+                if not self._stop.is_set():
+                    log.debug("trainjob watch: %s; relisting", e)
+                    time.sleep(0.2)
+                    self._wait_ready()
+
+    def _resync(self, items: list[dict[str, Any]]) -> None:
+        uids = {i["metadata"]["uid"] for i in items}
+        with self._lock:
+            gone = [j for uid, j in self._jobs.items() if uid not in uids]
+        for job in gone:
+            self._teardown(job.uid)
+        for item in items:
+            self._on_event("ADDED", item)
+
+    def _on_event(self, kind: str, tj: dict[str, Any]) -> None:
+        meta = tj["metadata"]
+        uid = meta["uid"]
+        if kind == "DELETED" or meta.get("deletionTimestamp"):
+            self._teardown(uid, tj if kind != "DELETED" else None)
+            return
+        with self._lock:
+            if uid in self._jobs:
+                return
+        conds = {c["type"]: c for c in tj.get("status", {}).get("conditions", [])}
+        if any(conds.get(t, {}).get("status") == "True" for t in ("Complete", "Failed")):
+            return  # finished before we saw it
+        if tj["spec"].get("suspend"):
+            if conds.get("Suspended", {}).get("status") != "True":
+                self._set_condition(tj, "Suspended", "True", "Suspended", "TrainJob is suspended")
+            return
+        if "Suspended" in conds:
+            self._set_condition(tj, "Suspended", "False", "Resumed", "TrainJob is resumed")
+        job = JobRun(meta["namespace"], meta["name"], uid)
+        with self._lock:
+            self._jobs[uid] = job
+        job.thread = threading.Thread(
+            target=self._run_job, args=(job, tj), name=f"standin-job-{job.name}", daemon=True
+        )
+        job.thread.start()
+
+    def _teardown(self, uid: str, tj: dict[str, Any] | None = None) -> None:
+        """TrainJob deleted: kill its processes, delete its pods (we are the GC), drop finalizers."""
+        with self._lock:
+            job = self._jobs.pop(uid, None)
+        if job is not None:
+            job.cancelled.set()
+            self._kill(job)
+            for pod in job.pods:
+                with self._lock:
+                    self._pods.pop((pod.namespace, pod.name), None)
+                try:
+                    self._retry(
+                        self.core.delete_namespaced_pod,
+                        pod.name,
+                        pod.namespace,
+                        grace_period_seconds=0,
+                    )
+                except ApiException as e:
+                    if e.status != 404:
+                        log.warning("deleting pod %s: %s", pod.name, e)
+        fins = (tj or {}).get("metadata", {}).get("finalizers") or []
+        gc = {"foregroundDeletion", "orphan"}
+        if tj is not None and any(f in gc for f in fins):
+            keep = [f for f in fins if f not in gc]
+            meta = tj["metadata"]
+            try:
+                self._retry(
+                    self.custom.patch_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    meta["namespace"],
+                    "trainjobs",
+                    meta["name"],
+                    {"metadata": {"finalizers": keep or None}},
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("dropping finalizers of %s: %s", meta["name"], e)
+
+    def _kill(self, job: JobRun, grace: float = 5.0) -> None:
+        procs = [p.proc for p in job.pods if p.proc is not None and p.proc.poll() is None]
+        for proc in procs:
+            _killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    # -- Trainer controller + JobSet: build the pods ------------------------------------------
+    def _get_runtime(self, tj: dict[str, Any]) -> dict[str, Any]:
+        ref = tj["spec"]["runtimeRef"]
+        if ref.get("kind", "ClusterTrainingRuntime") == "TrainingRuntime":
+            return self._retry(
+                self.custom.get_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                tj["metadata"]["namespace"],
+                "trainingruntimes",
+                ref["name"],
+            )
+        return self._retry(
+            self.custom.get_cluster_custom_object,
+            GROUP,
+            VERSION,
+            "clustertrainingruntimes",
+            ref["name"],
+        )
+
+    def _plan(self, tj: dict[str, Any], rt: dict[str, Any], cwd: Path) -> list[PodRun]:
+        ns, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+        trainer = tj["spec"].get("trainer") or {}
+        policy = rt["spec"].get("mlPolicy") or {}
+        num_nodes = int(trainer.get("numNodes") or policy.get("numNodes") or 1)
+        rjobs = {r["name"]: r for r in rt["spec"]["template"]["spec"]["replicatedJobs"]}
+        step_label = "trainer.kubeflow.org/trainjob-ancestor-step"
+        trainer_rjob = next(
+            (
+                n
+                for n, r in rjobs.items()
+                if r.get("template", {}).get("metadata", {}).get("labels", {}).get(step_label)
+                == "trainer"
+            ),
+            "node",
+        )
+        master = f"{name}-node-0-0.{name}"
+        port = free_port()
+        hostfile = cwd / "launcher-0" / "hostfile"
+
+        def localize(s: str) -> str:
+            s = s.replace(f"{master}:{MASTER_PORT}", f"127.0.0.1:{port}")
+            return s.replace(master, "127.0.0.1").replace("/etc/mpi/hostfile", str(hostfile))
+
+        # What EnforceMLPolicy injects (facts doc), per node index.
+        def policy_env(i: int) -> list[tuple[str, str]]:
+            if "torch" in policy:
+                nproc = trainer.get("numProcPerNode")
+                if nproc is None:
+                    res = trainer.get("resourcesPerNode") or {}
+                    if _gpus(res):
+                        nproc = "auto"
+                    else:
+                        nproc = max(1, math.ceil(_cpu(res)))
+                return [
+                    ("PET_NNODES", str(num_nodes)),
+                    ("PET_NPROC_PER_NODE", str(nproc)),
+                    ("PET_NODE_RANK", str(i)),
+                    ("PET_MASTER_ADDR", master),
+                    ("PET_MASTER_PORT", str(MASTER_PORT)),
+                ]
+            if "jax" in policy:
+                return [
+                    ("JAX_NUM_PROCESSES", str(num_nodes)),
+                    ("JAX_PROCESS_ID", str(i)),
+                    ("JAX_COORDINATOR_ADDRESS", f"{master}:{MASTER_PORT}"),
+                ]
+            if "xgboost" in policy:
+                gpus = _gpus(trainer.get("resourcesPerNode") or {}) or 1
+                return [
+                    ("DMLC_TRACKER_URI", master),
+                    ("DMLC_TRACKER_PORT", str(MASTER_PORT)),
+                    ("DMLC_TASK_ID", str(i)),
+                    ("DMLC_NUM_WORKER", str(num_nodes * gpus)),
+                ]
+            return []
+
+        pods: list[PodRun] = []
+        mpi = policy.get("mpi")
+        if mpi is not None:
+            slots = int(trainer.get("numProcPerNode") or mpi.get("numProcPerNode") or 1)
+            as_node = bool(mpi.get("runLauncherAsNode"))
+            hosts = [f"{name}-launcher-0-0.{name}"] if as_node else []
+            workers = num_nodes - 1 if as_node else num_nodes
+            hosts += [f"{name}-node-0-{i}.{name}" for i in range(workers)]
+            hostfile.parent.mkdir(parents=True)
+            hostfile.write_text(f"localhost slots={slots * len(hosts)}\n")
+            (hostfile.parent / "hostfile.k8s").write_text(
+                "".join(f"{h} slots={slots}\n" for h in hosts)
+            )
+            launcher_env = [
+                ("OMPI_MCA_orte_default_hostfile", "/etc/mpi/hostfile"),
+                ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+                ("OMPI_MCA_orte_set_default_slots", str(slots)),
+                ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+            ]
+            plan = [("launcher", 0, launcher_env)] + [("node", i, []) for i in range(workers)]
+        else:
+            plan = [(trainer_rjob, i, policy_env(i)) for i in range(num_nodes)]
+
+        for rjob, i, extra_env in plan:
+            is_trainer = rjob == trainer_rjob
+            tmpl = rjobs.get(rjob, {}).get("template", {}).get("spec", {}).get("template", {})
+            ctr = next(
+                (c for c in tmpl.get("spec", {}).get("containers", []) if c["name"] == "node"),
+                {"name": "node"},
+            )
+            env = {e["name"]: e for e in ctr.get("env", [])}
+            if is_trainer:
+                env.update({e["name"]: e for e in trainer.get("env", [])})
+            env.update({k: {"name": k, "value": v} for k, v in extra_env})
+            image = (trainer.get("image") if is_trainer else None) or ctr.get("image", "none")
+            command = list(
+                (trainer.get("command") if is_trainer else None) or ctr.get("command", [])
+            )
+            args = list((trainer.get("args") if is_trainer else None) or ctr.get("args", []))
+            pod_name = f"{name}-{rjob}-0-{i}"
+            labels = {
+                **tmpl.get("metadata", {}).get("labels", {}),
+                **_patch_pod_labels(tj, rjob),
+                "jobset.sigs.k8s.io/jobset-name": name,
+                "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+                "jobset.sigs.k8s.io/job-index": "0",
+                "batch.kubernetes.io/job-completion-index": str(i),
+                "batch.kubernetes.io/job-name": f"{name}-{rjob}-0",
+            }
+            spec: dict[str, Any] = {
+                "nodeName": NODE_NAME,
+                "restartPolicy": "Never",
+                "subdomain": name,
+                "containers": [
+                    {
+                        "name": "node",
+                        "image": image,
+                        "command": command,
+                        "args": args,
+                        "env": list(env.values()),
+                        "resources": (trainer.get("resourcesPerNode") if is_trainer else None)
+                        or ctr.get("resources", {}),
+                    }
+                ],
+            }
+            if len(pod_name) <= 63:
+                spec["hostname"] = pod_name
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": ns,
+                    "labels": labels,
+                    "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
+                },
+                "spec": spec,
+            }
+            runs = mpi is None or rjob == "launcher"  # MPI workers would only run sshd
+            pcwd = cwd / f"{rjob}-{i}"
+            pcwd.mkdir(parents=True, exist_ok=True)
+            argv = [localize(a) for a in command + args] if runs else []
+            pods.append(PodRun(ns, pod_name, rjob, i, body, pcwd, argv, localize, port))
+        return pods
+
+    # -- kubelet: run the pods --------------------------------------------------------------
+    def _run_job(self, job: JobRun, tj: dict[str, Any]) -> None:
+        try:
+            self._run_job_inner(job, tj)
+        except Exception:
+            if not job.cancelled.is_set() and not self._stop.is_set():
+                log.exception("stand-in: job %s/%s", job.namespace, job.name)
+
+    def _run_job_inner(self, job: JobRun, tj: dict[str, Any]) -> None:
+        try:
+            rt = self._get_runtime(tj)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            ref = tj["spec"]["runtimeRef"]
+            self._event(
+                tj,
+                "Warning",
+                "TrainingRuntimeNotFound",
+                f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']} not found",
+            )
+            return
+        cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}"
+        job.pods = self._plan(tj, rt, cwd)
+        for pod in job.pods:
+            if job.cancelled.is_set():
+                return
+            self._create_pod(pod)
+            with self._lock:
+                self._pods[(pod.namespace, pod.name)] = pod
+        last_retry = 0.0
+        failed: list[PodRun] = []
+        while not job.cancelled.is_set():
+            if time.monotonic() - last_retry > 2:  # (re)try to start waiting pods
+                last_retry = time.monotonic()
+                for pod in job.pods:
+                    if pod.waiting is not None or not pod.log_path.exists():
+                        if not job.cancelled.is_set():
+                            self._start_pod(pod)
+                self._patch_job(tj, job)
+            for pod in job.pods:
+                if pod.proc is not None and pod.exit_code is None:
+                    rc = pod.proc.poll()
+                    if rc is not None:
+                        self._finish_pod(pod, rc)
+                        self._patch_job(tj, job)
+            runners = [p for p in job.pods if p.argv]
+            failed = [p for p in runners if p.exit_code not in (None, 0)]
+            if failed or all(p.exit_code == 0 for p in runners):
+                break
+            time.sleep(0.05)
+        if job.cancelled.is_set():
+            return
+        self._kill(job)  # on failure, JobSet fails the whole set
+        for pod in job.pods:
+            if pod.exit_code is None:
+                rc = pod.proc.wait() if pod.proc is not None else (0 if not failed else 137)
+                self._finish_pod(pod, rc)
+        self._patch_job(tj, job, final=True)
+
+    def _create_pod(self, pod: PodRun) -> None:
+        try:
+            self._retry(self.core.create_namespaced_pod, pod.namespace, pod.body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            # a leftover pod of an earlier TrainJob with the same name: replace it
+            self._retry(
+                self.core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0
+            )
+            self._retry(self.core.create_namespaced_pod, pod.namespace, pod.body)
+
+    def _start_pod(self, pod: PodRun) -> None:
+        c = pod.body["spec"]["containers"][0]
+        try:
+            env = self._resolve_env(pod, c.get("env", []))
+        except _ConfigError as e:
+            if pod.waiting != str(e):
+                pod.waiting = str(e)
+                self._pod_status(
+                    pod,
+                    "Pending",
+                    {"waiting": {"reason": "CreateContainerConfigError", "message": str(e)}},
+                )
+                self._event(pod.body, "Warning", "Failed", f"Error: {e}")
+            return
+        pod.waiting = None
+        pod.log_path.touch()
+        if pod.argv:
+            penv = {**os.environ, "PATH": f"{self._bin_dir}:{os.environ.get('PATH', '')}"}
+            penv["HOSTNAME"] = pod.body["spec"].get("hostname", pod.name)
+            penv.update(env)
+            if os.geteuid() == 0 and pod.rjob == "launcher":
+                penv.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            with pod.log_path.open("ab") as out:
+                try:
+                    pod.proc = subprocess.Popen(
+                        pod.argv,
+                        cwd=pod.cwd,
+                        env=penv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=_die_with_parent,
+                    )
+                except OSError as e:
+                    out.write(f"stand-in: cannot start {pod.argv[:1]}: {e}\n".encode())
+                    self._finish_pod(pod, 128)
+                    return
+        self._pod_status(pod, "Running", {"running": {"startedAt": _now()}}, ready=True)
+        self._event(pod.body, "Normal", "Started", "Started container node")
+
+    def _finish_pod(self, pod: PodRun, rc: int) -> None:
+        pod.exit_code = rc if rc >= 0 else 128 - rc
+        term = {
+            "exitCode": pod.exit_code,
+            "reason": "Completed" if rc == 0 else "Error",
+            "finishedAt": _now(),
+        }
+        pod.done.set()
+        self._pod_status(pod, "Succeeded" if rc == 0 else "Failed", {"terminated": term})
+
+    def _resolve_env(self, pod: PodRun, env: list[dict[str, Any]]) -> dict[str, str]:
+        """The process env of a pod: literal values, secretKeyRef/configMapKeyRef, fieldRef."""
+        out: dict[str, str] = {}
+        meta = pod.body["metadata"]
+        for e in env:
+            name, src = e["name"], e.get("valueFrom")
+            if src is None:
+                value = str(e.get("value", ""))
+            elif "secretKeyRef" in src or "configMapKeyRef" in src:
+                secret = "secretKeyRef" in src
+                ref = src["secretKeyRef" if secret else "configMapKeyRef"]
+                what = "secret" if secret else "configmap"
+                try:
+                    read = (
+                        self.core.read_namespaced_secret
+                        if secret
+                        else self.core.read_namespaced_config_map
+                    )
+                    data = self._retry(read, ref["name"], pod.namespace).data or {}
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    if ref.get("optional"):
+                        continue
+                    raise _ConfigError(f'{what} "{ref["name"]}" not found') from None
+                if ref["key"] not in data:
+                    if ref.get("optional"):
+                        continue
+                    raise _ConfigError(
+                        f"couldn't find key {ref['key']} in {what.title()} "
+                        f"{pod.namespace}/{ref['name']}"
+                    )
+                raw = data[ref["key"]]
+                value = base64.b64decode(raw).decode() if secret else raw
+            elif "fieldRef" in src:
+                path = src["fieldRef"]["fieldPath"]
+                m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+                fields = {
+                    "metadata.name": pod.name,
+                    "metadata.namespace": pod.namespace,
+                    "spec.nodeName": NODE_NAME,
+                    "status.podIP": "127.0.0.1",
+                    "status.hostIP": "127.0.0.1",
+                }
+                value = meta[m[1]].get(m[2], "") if m else fields.get(path, "")
+            else:
+                continue  # resourceFieldRef: not modelled
+            out[name] = pod.localize(value)
+            if name in PORT_ENV and value == str(MASTER_PORT):
+                out[name] = str(pod.port)
+        return out
+
+    # -- status writes -----------------------------------------------------------------------
+    def _pod_status(
+        self, pod: PodRun, phase: str, state: dict[str, Any], ready: bool = False
+    ) -> None:
+        c = pod.body["spec"]["containers"][0]
+        cond = "True" if ready else "False"
+        status = {
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
+            "startTime": _now(),
+            "conditions": [
+                {"type": t, "status": cond, "lastTransitionTime": _now()}
+                for t in ("Ready", "ContainersReady")
+            ]
+            + [{"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "ready": ready,
+                    "restartCount": 0,
+                    "started": "running" in state,
+                    "state": state,
+                }
+            ],
+        }
+        try:
+            self._retry(
+                self.core.patch_namespaced_pod_status, pod.name, pod.namespace, {"status": status}
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def _patch_job(self, tj: dict[str, Any], job: JobRun, final: bool = False) -> None:
+        jobs_status = []
+        for rjob in dict.fromkeys(p.rjob for p in job.pods):
+            pods = [p for p in job.pods if p.rjob == rjob]
+            failed = any(p.exit_code not in (None, 0) for p in pods)
+            succeeded = all(p.exit_code == 0 for p in pods)
+            started = all(p.proc is not None or (not p.argv and p.waiting is None) for p in pods)
+            active = not failed and not succeeded
+            jobs_status.append(
+                {
+                    "name": rjob,
+                    "active": int(active),
+                    "ready": int(active and started),
+                    "succeeded": int(succeeded),
+                    "failed": int(failed),
+                    "suspended": 0,
+                }
+            )
+        status: dict[str, Any] = {"jobsStatus": jobs_status}
+        if final:
+            bad = [p for p in job.pods if p.exit_code not in (None, 0)]
+            if bad:
+                msg = "; ".join(f"pod {p.name} exited with code {p.exit_code}" for p in bad)
+                cond = ("Failed", "FailedJobs", f"jobset failed: {msg}")
+            else:
+                cond = ("Complete", "AllJobsCompleted", "jobset completed successfully")
+            status["conditions"] = self._conditions(tj, cond[0], "True", cond[1], cond[2])
+        if status == job.last_status:
+            return
+        job.last_status = status
+        self._patch_status(tj, status)
+
+    def _conditions(
+        self, tj: dict[str, Any], ctype: str, status: str, reason: str, message: str
+    ) -> list[dict[str, Any]]:
+        try:
+            cur = self._retry(
+                self.custom.get_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                tj["metadata"]["namespace"],
+                "trainjobs",
+                tj["metadata"]["name"],
+            )
+            conds = [c for c in cur.get("status", {}).get("conditions", []) if c["type"] != ctype]
+        except ApiException:
+            conds = []
+        return [
+            *conds,
+            {
+                "type": ctype,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": _now(),
+            },
+        ]
+
+    def _set_condition(
+        self, tj: dict[str, Any], ctype: str, status: str, reason: str, message: str
+    ) -> None:
+        self._patch_status(tj, {"conditions": self._conditions(tj, ctype, status, reason, message)})
+
+    def _patch_status(self, tj: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = tj["metadata"]
+        try:
+            self._retry(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                meta["namespace"],
+                "trainjobs",
+                meta["name"],
+                {"status": status},
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def _event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        meta = obj["metadata"]
+        kind = obj.get("kind", "Pod")
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "kind": kind,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "apiVersion": obj.get("apiVersion", "v1"),
+                "uid": meta.get("uid"),
+            },
+            "type": etype,
+            "reason": reason,
+            "message": message,
+            "count": 1,
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "source": {
+                "component": "kubelet" if kind == "Pod" else "trainjob-controller",
+                "host": NODE_NAME,
+            },
+        }
+        try:
+            self._retry(self.core.create_namespaced_event, meta["namespace"], body)
+        except ApiException as e:
+            log.debug("event: %s", e)
+
+    # -- kubelet log endpoint ----------------------------------------------------------------
+    def pod_run(self, namespace: str, name: str) -> PodRun | None:
+        with self._lock:
+            return self._pods.get((namespace, name))
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _cpu(resources: dict[str, Any]) -> float:
+    q = (resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get("cpu")
+    if q is None:
+        return 0.0
+    q = str(q)
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+def _gpus(resources: dict[str, Any]) -> int:
+    for part in ("limits", "requests"):
+        q = (resources.get(part) or {}).get("nvidia.com/gpu")
+        if q is not None:
+            return int(q)
+    return 0
+
+
+def _patch_pod_labels(tj: dict[str, Any], rjob: str) -> dict[str, str]:
+    """Pod template labels that the TrainJob's runtimePatches put on replicated job `rjob`."""
+    out: dict[str, str] = {}
+    for patch in tj["spec"].get("runtimePatches") or []:
+        spec = patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {})
+        for rj in spec.get("replicatedJobs") or []:
+            if rj.get("name") == rjob:
+                pod_meta = rj.get("template", {}).get("spec", {}).get("template", {})
+                out.update(pod_meta.get("metadata", {}).get("labels") or {})
+    return out
+
+
+class _KubeletServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, standin: StandIn) -> None:
+        super().__init__(("127.0.0.1", 0), _KubeletHandler)
+        self.standin = standin
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*standin._cert)
+        self.socket = ctx.wrap_socket(self.socket, server_side=True)
+
+
+class _KubeletHandler(http.server.BaseHTTPRequestHandler):
+    server: _KubeletServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("kubelet: " + format, *args)
+
+    def _error(self, code: int, msg: str) -> None:
+        data = msg.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        q = dict(urllib.parse.parse_qsl(url.query))
+        parts = url.path.strip("/").split("/")
+        if len(parts) != 4 or parts[0] != "containerLogs":
+            return self._error(404, "404 page not found")
+        _, ns, name, container = parts
+        standin = self.server.standin
+        pod = standin.pod_run(ns, name)
+        if pod is None:
+            return self._error(404, f'pod "{name}" in namespace "{ns}" not found')
+        if container != pod.container:
+            return self._error(400, f'container "{container}" in pod "{name}" is not valid')
+        if q.get("previous") == "true":
+            return self._error(
+                400, f'previous terminated container "{container}" in pod "{name}" not found'
+            )
+        if not pod.log_path.exists():
+            reason = "CreateContainerConfigError" if pod.waiting else "ContainerCreating"
+            return self._error(
+                400, f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+            )
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        follow = q.get("follow") == "true"
+        tail = int(q["tailLines"]) if "tailLines" in q else None
+        try:
+            with pod.log_path.open("rb") as f:
+                data = f.read()
+                if tail is not None:
+                    lines = data.splitlines(keepends=True)
+                    data = b"".join(lines[-tail:]) if tail > 0 else b""
+                self.wfile.write(data)
+                while follow and not standin._stop.is_set():
+                    chunk = f.read(65536)
+                    if chunk:
+                        self.wfile.write(chunk)
+                    elif pod.done.is_set():
+                        rest = f.read()  # written between the last read and the exit
+                        if rest:
+                            self.wfile.write(rest)
+                        break
+                    else:
+                        time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            pass
