@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._labext import _jupyter_labextension_paths as _jupyter_labextension_paths
 from .build import build_launch_plan, build_trainjob
 from .config import RuntimeConfig, SecretRef
 from .errors import (
@@ -69,8 +70,6 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "kf_jupyter.server"}]
 
 
-def _jupyter_labextension_paths() -> list[dict[str, str]]:
-    return [{"src": "labextension", "dest": "kf-jupyter-labextension"}]
 
 
 __all__ = [

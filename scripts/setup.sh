@@ -35,4 +35,17 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
   echo "$sum" >"$stamp"
 fi
+# The JupyterLab extension: built from labextension/ and linked into the venv; rebuilt only
+# when its sources change.
+if command -v node >/dev/null 2>&1; then
+  lsum=$(cat labextension/package.json labextension/yarn.lock labextension/tsconfig.json \
+    $(find labextension/src labextension/style -type f | sort) 2>/dev/null | sha256sum | cut -c1-16)
+  lstamp=.venv/.kf-labext-stamp
+  if [ ! -f "$lstamp" ] || [ "$(cat "$lstamp")" != "$lsum" ] || [ ! -f kf_jupyter/labextension/package.json ]; then
+    VIRTUAL_ENV=$ROOT/.venv bash scripts/build-labextension.sh --prod
+    echo "$lsum" >"$lstamp"
+  fi
+else
+  echo "setup: Node.js not found; the JupyterLab extension is not built" >&2
+fi
 echo "setup: ready ($("$VPY" --version), venv at $ROOT/.venv)"

@@ -12,9 +12,12 @@ echo "== ruff"
 .venv/bin/ruff check kf_jupyter tests bench || status=1
 .venv/bin/ruff format --check kf_jupyter tests bench || status=1
 
-if [ -f labextension/package.json ] && [ -x labextension/node_modules/.bin/jest ]; then
+if [ -x labextension/node_modules/.bin/jest ]; then
   echo "== jest (labextension)"
   (cd labextension && node_modules/.bin/jest --ci) || status=1
+else
+  echo "test: the lab extension's Jest tests could not run (no node_modules)" >&2
+  status=1
 fi
 
 echo "== pytest (all, slow included)"

@@ -1,0 +1,99 @@
+import { parseLogEventData, parseSourcedLine, sortSources, SseParser } from '../logparse';
+
+describe('parseSourcedLine', () => {
+  it('splits "[source] line"', () => {
+    expect(parseSourcedLine('[rank-0] hello world')).toEqual({ source: 'rank-0', line: 'hello world' });
+    expect(parseSourcedLine('[node-12] x')).toEqual({ source: 'node-12', line: 'x' });
+    expect(parseSourcedLine('[launcher] ')).toEqual({ source: 'launcher', line: '' });
+  });
+  it('keeps brackets inside the line', () => {
+    expect(parseSourcedLine('[rank-1] [warn] a [b] c')).toEqual({ source: 'rank-1', line: '[warn] a [b] c' });
+  });
+  it('treats lines without a prefix as single-source', () => {
+    expect(parseSourcedLine('plain line')).toEqual({ source: '', line: 'plain line' });
+    expect(parseSourcedLine('[not a source] x')).toEqual({ source: '', line: '[not a source] x' });
+    expect(parseSourcedLine('')).toEqual({ source: '', line: '' });
+  });
+  it('drops a trailing carriage return', () => {
+    expect(parseSourcedLine('[rank-0] crlf\r')).toEqual({ source: 'rank-0', line: 'crlf' });
+  });
+});
+
+describe('parseLogEventData', () => {
+  it('parses the server payload', () => {
+    expect(parseLogEventData('{"source":"rank-3","line":"step 1"}')).toEqual({ source: 'rank-3', line: 'step 1' });
+  });
+  it('defaults a missing source', () => {
+    expect(parseLogEventData('{"line":"x"}')).toEqual({ source: '', line: 'x' });
+  });
+  it('rejects malformed payloads', () => {
+    expect(parseLogEventData('not json')).toBeNull();
+    expect(parseLogEventData('{"source":"rank-0"}')).toBeNull();
+    expect(parseLogEventData('null')).toBeNull();
+    expect(parseLogEventData('42')).toBeNull();
+  });
+});
+
+describe('SseParser', () => {
+  it('parses whole events', () => {
+    const p = new SseParser();
+    const evs = p.push('data: {"a":1}\n\nevent: end\ndata: done\n\n');
+    expect(evs).toEqual([
+      { event: 'message', data: '{"a":1}' },
+      { event: 'end', data: 'done' }
+    ]);
+  });
+
+  it('handles chunk boundaries anywhere', () => {
+    const text = 'data: {"source":"rank-0","line":"a"}\r\n\r\n: keep-alive\n\ndata: x\ndata: y\n\nevent: end\n\n';
+    const whole = new SseParser().push(text);
+    for (let size = 1; size < 9; size++) {
+      const p = new SseParser();
+      const got = [];
+      for (let i = 0; i < text.length; i += size) {
+        got.push(...p.push(text.slice(i, i + size)));
+      }
+      got.push(...p.finish());
+      expect(got).toEqual(whole);
+    }
+    expect(whole).toEqual([
+      { event: 'message', data: '{"source":"rank-0","line":"a"}' },
+      { event: 'message', data: 'x\ny' },
+      { event: 'end', data: '' }
+    ]);
+  });
+
+  it('waits for \\n after a trailing \\r', () => {
+    const p = new SseParser();
+    expect(p.push('data: a\r')).toEqual([]);
+    expect(p.push('\n\r\n')).toEqual([{ event: 'message', data: 'a' }]);
+  });
+
+  it('keeps ids, ignores comments and unknown fields', () => {
+    const p = new SseParser();
+    expect(p.push(': hi\nretry: 10\nfoo: bar\nid: 7\ndata:no-space\n\n')).toEqual([
+      { event: 'message', data: 'no-space', id: '7' }
+    ]);
+    expect(p.push('\n\n')).toEqual([]);
+  });
+
+  it('flushes an unterminated event on finish', () => {
+    const p = new SseParser();
+    expect(p.push('data: last')).toEqual([]);
+    expect(p.finish()).toEqual([{ event: 'message', data: 'last' }]);
+    expect(p.finish()).toEqual([]);
+  });
+});
+
+describe('sortSources', () => {
+  it('orders launcher, then numerically by kind', () => {
+    expect(sortSources(['rank-10', 'rank-2', 'launcher', 'node-1', 'rank-0', 'rank-2', 'zzz'])).toEqual([
+      'launcher',
+      'node-1',
+      'rank-0',
+      'rank-2',
+      'rank-10',
+      'zzz'
+    ]);
+  });
+});

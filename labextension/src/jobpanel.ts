@@ -1,0 +1,461 @@
+/**
+ * Main-area panel of one job: status, live logs (streamed, bounded), a
+ * metrics chart, and events.
+ */
+import { MainAreaWidget } from '@jupyterlab/apputils';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import * as api from './api';
+import { Backoff } from './backoff';
+import { MetricsChart } from './chart';
+import { h, setBadge, statusBadge } from './dom';
+import { trainerIcon } from './icon';
+import { formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
+import { ILogRecord, sortSources } from './logparse';
+import { MetricSeries, parseReport } from './metrics';
+import { Poller } from './poller';
+import { RingBuffer } from './ringbuffer';
+import { messageOf } from './sidebar';
+
+/** At most this many log lines are kept in the DOM. */
+export const MAX_LOG_LINES = 2000;
+const ALL = '__all__';
+
+export class JobPanel extends Widget {
+  constructor(
+    readonly target: api.ITarget,
+    readonly jobName: string,
+    readonly maxLines = MAX_LOG_LINES
+  ) {
+    super();
+    this.addClass('kf-JobPanel');
+    this._lines = new RingBuffer<ILogRecord>(maxLines);
+    this._build();
+    this._statusPoller = new Poller(() => this._fetchStatus(), {
+      backoff: { interval: 3000, base: 2000, factor: 2, max: 60000, jitter: 0.1 },
+      onTick: error => {
+        if (error) {
+          this._showError(error);
+        }
+      }
+    });
+  }
+
+  get records(): ILogRecord[] {
+    return this._lines.toArray();
+  }
+
+  get metrics(): MetricSeries {
+    return this._metrics;
+  }
+
+  refresh(): Promise<void> {
+    return this._statusPoller.refresh();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._statusPoller.dispose();
+    this._abort?.abort();
+    this._abort = null;
+    if (this._flushHandle) {
+      cancelAnimationFrame(this._flushHandle);
+    }
+    super.dispose();
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    if (!this._started) {
+      this._started = true;
+      void this._statusPoller.start();
+      void this._streamLoop();
+    }
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    if (this._started && !this._finished) {
+      void this._statusPoller.resume();
+    }
+    this._scrollIfFollowing();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._statusPoller.pause();
+  }
+
+  // ---------------------------------------------------------------- layout
+
+  private _build(): void {
+    this._badge = statusBadge('…', 'unknown');
+    this._summary = h('dl', { className: 'kf-summary' });
+    this._message = h('div', { className: 'kf-job-message' });
+    this._error = h('div', { className: 'kf-error', role: 'alert', hidden: true });
+    const head = h(
+      'header',
+      { className: 'kf-JobPanel-header' },
+      h('h2', { className: 'kf-JobPanel-title' }, this.jobName, ' ', this._badge),
+      this._summary,
+      this._message,
+      this._error
+    );
+
+    this._chart = new MetricsChart();
+    const metrics = h(
+      'section',
+      { className: 'kf-section kf-metrics', 'aria-label': 'Metrics' },
+      h('h3', { className: 'kf-section-title' }, 'Metrics'),
+      this._chart.node
+    );
+
+    this._rank = h('select', { className: 'kf-select jp-mod-styled', 'aria-label': 'Show logs of' });
+    this._rank.append(h('option', { value: ALL }, 'all sources'));
+    this._rank.addEventListener('change', () => this._rebuildLog());
+    this._follow = h('input', { type: 'checkbox', checked: true, 'aria-label': 'Follow log' });
+    this._follow.checked = true;
+    this._follow.addEventListener('change', () => this._scrollIfFollowing());
+    const fullLog = h(
+      'a',
+      {
+        className: 'kf-link',
+        href: api.fullLogUrl(this.target, this.jobName),
+        target: '_blank',
+        rel: 'noopener',
+        title: 'The whole log, not streamed, in a new tab'
+      },
+      'Open full log'
+    );
+    this._logState = h('span', { className: 'kf-log-state', 'aria-live': 'polite' });
+    const toolbar = h(
+      'div',
+      { className: 'kf-log-toolbar' },
+      h('label', { className: 'kf-label-inline' }, 'Source ', this._rank),
+      h('label', { className: 'kf-label-inline' }, this._follow, ' Follow'),
+      fullLog,
+      this._logState
+    );
+    this._log = h('div', {
+      className: 'kf-log',
+      role: 'log',
+      tabindex: '0',
+      'aria-label': `Log of ${this.jobName}`
+    });
+    // Only a scroll the user makes toggles "follow": trimming old lines or
+    // appending new ones also fires scroll events.
+    const markUser = (): void => {
+      this._userScrollUntil = Date.now() + 600;
+    };
+    for (const type of ['wheel', 'pointerdown', 'touchmove', 'keydown']) {
+      this._log.addEventListener(type, markUser, { passive: true });
+    }
+    this._log.addEventListener('scroll', () => {
+      if (Date.now() > this._userScrollUntil) {
+        return;
+      }
+      const atBottom = this._log.scrollHeight - this._log.scrollTop - this._log.clientHeight < 4;
+      if (this._follow.checked !== atBottom) {
+        this._follow.checked = atBottom;
+      }
+    });
+    this._dropped = h('div', { className: 'kf-note', hidden: true });
+    const logs = h(
+      'section',
+      { className: 'kf-section kf-logs', 'aria-label': 'Logs' },
+      h('h3', { className: 'kf-section-title' }, 'Logs'),
+      toolbar,
+      this._dropped,
+      this._log
+    );
+
+    this._events = h('tbody', {});
+    const events = h(
+      'section',
+      { className: 'kf-section kf-events', 'aria-label': 'Events' },
+      h('h3', { className: 'kf-section-title' }, 'Events'),
+      h(
+        'table',
+        { className: 'kf-events-table' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Age'), h('th', {}, 'Type'), h('th', {}, 'Reason'), h('th', {}, 'Message'))),
+        this._events
+      )
+    );
+    this.node.append(head, metrics, logs, events);
+  }
+
+  // ---------------------------------------------------------------- status and events
+
+  private async _fetchStatus(): Promise<void> {
+    const [job, events] = await Promise.all([
+      api.getJob(this.target, this.jobName),
+      api.getJobEvents(this.target, this.jobName).catch(() => null)
+    ]);
+    this._showError(null);
+    this._renderJob(job);
+    if (events) {
+      this._renderEvents(events);
+    }
+    if (isFinished(job.status)) {
+      this._finished = true;
+      this._statusPoller.pause(); // a finished job no longer changes
+    }
+  }
+
+  private _renderJob(job: IJob): void {
+    setBadge(this._badge, job.status, statusKey(job.status));
+    const rows: [string, string][] = [
+      ['Framework', job.framework || '-'],
+      ['Runtime', job.runtime || '-'],
+      ['Backend', `${job.backend || this.target.backend}${this.target.namespace ? ` / ${this.target.namespace}` : ''}`],
+      ['Nodes', formatNodes(job)],
+      ['Created', job.creation_time ? `${job.creation_time} (${formatAge(job.creation_time, Date.now())} ago)` : '-']
+    ];
+    const d = formatDuration(job.creation_time, job.completion_time);
+    if (d) {
+      rows.push(['Duration', d]);
+    }
+    if (job.steps?.length) {
+      rows.push(['Steps', job.steps.map(s => `${s.name}: ${s.status}`).join(', ')]);
+    }
+    this._summary.textContent = '';
+    for (const [k, v] of rows) {
+      this._summary.append(h('dt', {}, k), h('dd', {}, v));
+    }
+    this._message.textContent = [job.reason, job.message].filter(Boolean).join(': ');
+    const title = this.parent instanceof MainAreaWidget ? this.parent.title : this.title;
+    title.caption = `${this.jobName} (${job.status})`;
+  }
+
+  private _renderEvents(events: IJobEvent[]): void {
+    this._events.textContent = '';
+    if (!events.length) {
+      this._events.append(h('tr', {}, h('td', { colspan: '4', className: 'kf-empty' }, 'No events.')));
+      return;
+    }
+    const now = Date.now();
+    for (const ev of events) {
+      this._events.append(
+        h(
+          'tr',
+          { className: ev.type === 'Warning' ? 'kf-event-warning' : '' },
+          h('td', { title: ev.time ?? '' }, formatAge(ev.time, now)),
+          h('td', {}, ev.type ?? ''),
+          h('td', {}, ev.reason ?? ''),
+          h('td', {}, ev.message ?? '')
+        )
+      );
+    }
+  }
+
+  private _showError(error: unknown): void {
+    this._error.hidden = !error;
+    this._error.textContent = error ? messageOf(error) : '';
+  }
+
+  // ---------------------------------------------------------------- logs
+
+  private async _streamLoop(): Promise<void> {
+    const backoff = new Backoff({ interval: 0, base: 1000, factor: 2, max: 30000, jitter: 0.1 });
+    while (!this.isDisposed) {
+      this._abort = new AbortController();
+      // Reconnecting replays the tail: start over to avoid duplicates.
+      this._resetLog();
+      this._logState.textContent = 'streaming…';
+      let ended = false;
+      try {
+        await api.streamLogs(
+          this.target,
+          this.jobName,
+          {
+            onRecord: rec => {
+              backoff.success();
+              this._onRecord(rec);
+            },
+            onEnd: reason => {
+              ended = reason === 'end';
+            }
+          },
+          this._abort.signal,
+          this.maxLines
+        );
+      } catch (e) {
+        if (this.isDisposed || this._abort?.signal.aborted) {
+          return;
+        }
+        const delay = backoff.failure();
+        this._logState.textContent = `log stream failed (${messageOf(e)}); retrying in ${Math.round(delay / 1000)} s`;
+        await sleep(delay);
+        continue;
+      }
+      if (ended || this._finished) {
+        this._logState.textContent = 'job ended; log complete';
+        void this._statusPoller.refresh();
+        return;
+      }
+      // Closed without `end` while the job runs: reconnect after a pause.
+      const delay = backoff.failure();
+      this._logState.textContent = `log stream closed; reconnecting in ${Math.round(delay / 1000)} s`;
+      await sleep(delay);
+      await this._statusPoller.refresh();
+      if (this._finished) {
+        // One last full read so nothing written before the end is missed.
+        continue;
+      }
+    }
+  }
+
+  private _resetLog(): void {
+    this._lines.clear();
+    this._pending = [];
+    this._sources.clear();
+    this._metrics.clear();
+    this._log.textContent = '';
+    this._chart.render(this._metrics);
+  }
+
+  private _onRecord(rec: ILogRecord): void {
+    this._pending.push(rec);
+    if (!this._flushHandle) {
+      this._flushHandle = requestAnimationFrame(() => this._flush());
+    }
+  }
+
+  /** Apply queued records to the DOM once per frame. */
+  private _flush(): void {
+    this._flushHandle = 0;
+    const batch = this._pending;
+    this._pending = [];
+    let metricsChanged = false;
+    let newSource = false;
+    const filter = this._rank.value;
+    const frag = document.createDocumentFragment();
+    for (const rec of batch) {
+      this._lines.push(rec);
+      if (rec.source && !this._sources.has(rec.source)) {
+        this._sources.add(rec.source);
+        newSource = true;
+      }
+      const report = parseReport(rec.line);
+      if (report) {
+        this._metrics.add(report);
+        metricsChanged = true;
+      }
+      if (filter === ALL || rec.source === filter) {
+        frag.append(this._lineNode(rec, report !== null));
+      }
+    }
+    this._log.append(frag);
+    this._trimLog();
+    if (newSource) {
+      this._renderSources();
+    }
+    if (metricsChanged) {
+      this._chart.render(this._metrics);
+    }
+    this._renderDropped();
+    this._scrollIfFollowing();
+  }
+
+  private _lineNode(rec: ILogRecord, isReport: boolean): HTMLDivElement {
+    const el = h('div', { className: `kf-log-line${isReport ? ' kf-log-report' : ''}` });
+    if (rec.source) {
+      el.append(h('span', { className: 'kf-log-source' }, `[${rec.source}] `));
+    }
+    el.append(rec.line);
+    return el;
+  }
+
+  private _trimLog(): void {
+    let extra = this._log.childElementCount - this.maxLines;
+    while (extra-- > 0 && this._log.firstChild) {
+      this._log.firstChild.remove();
+    }
+  }
+
+  private _rebuildLog(): void {
+    const filter = this._rank.value;
+    const frag = document.createDocumentFragment();
+    for (const rec of this._lines.toArray()) {
+      if (filter === ALL || rec.source === filter) {
+        frag.append(this._lineNode(rec, parseReport(rec.line) !== null));
+      }
+    }
+    this._log.textContent = '';
+    this._log.append(frag);
+    this._follow.checked = true;
+    this._scrollIfFollowing();
+  }
+
+  private _renderSources(): void {
+    const current = this._rank.value;
+    this._rank.textContent = '';
+    this._rank.append(h('option', { value: ALL }, 'all sources'));
+    for (const src of sortSources(this._sources)) {
+      this._rank.append(h('option', { value: src }, src));
+    }
+    this._rank.value = current === ALL || this._sources.has(current) ? current : ALL;
+  }
+
+  private _renderDropped(): void {
+    const n = this._lines.dropped;
+    this._dropped.hidden = n === 0;
+    if (n) {
+      this._dropped.textContent = `Showing the last ${this.maxLines} lines (${n} earlier lines hidden); open the full log for all of it.`;
+    }
+  }
+
+  private _scrollIfFollowing(): void {
+    if (!this._follow?.checked || !this.isVisible) {
+      return;
+    }
+    this._log.scrollTop = this._log.scrollHeight;
+  }
+
+  private _lines: RingBuffer<ILogRecord>;
+  private _pending: ILogRecord[] = [];
+  private _flushHandle = 0;
+  private _sources = new Set<string>();
+  private _metrics = new MetricSeries();
+  private _statusPoller: Poller;
+  private _abort: AbortController | null = null;
+  private _started = false;
+  private _finished = false;
+  private _userScrollUntil = 0;
+  private _badge!: HTMLSpanElement;
+  private _summary!: HTMLDListElement;
+  private _message!: HTMLDivElement;
+  private _error!: HTMLDivElement;
+  private _chart!: MetricsChart;
+  private _rank!: HTMLSelectElement;
+  private _follow!: HTMLInputElement;
+  private _logState!: HTMLSpanElement;
+  private _log!: HTMLDivElement;
+  private _dropped!: HTMLDivElement;
+  private _events!: HTMLTableSectionElement;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
+}
+
+/** Wrap a JobPanel in a MainAreaWidget with the right id, title and icon. */
+export function createJobWidget(target: api.ITarget, name: string): MainAreaWidget<JobPanel> {
+  const content = new JobPanel(target, name);
+  const widget = new MainAreaWidget({ content });
+  widget.id = jobWidgetId(target, name);
+  widget.title.label = name;
+  widget.title.caption = `Kubeflow Trainer job ${name}`;
+  widget.title.icon = trainerIcon;
+  widget.title.closable = true;
+  widget.addClass('kf-JobWidget');
+  return widget;
+}
+
+export function jobWidgetId(target: api.ITarget, name: string): string {
+  const safe = (v: string): string => v.replace(/[^A-Za-z0-9_-]/g, '_');
+  return `kf-jupyter-job-${safe(target.backend)}-${safe(target.namespace ?? '')}-${safe(name)}`;
+}

@@ -1,0 +1,184 @@
+/**
+ * Pure parsing of the log stream: "[source] line" text lines and the
+ * server-sent events (SSE) of the streaming logs route.
+ *
+ * No JupyterLab imports here: this module is unit-tested under plain Node.
+ */
+
+/** One log line and the process (source) that wrote it. */
+export interface ILogRecord {
+  /** `rank-N`, `node-N`, `launcher`, or "" when the log has a single source. */
+  source: string;
+  line: string;
+}
+
+const SOURCED_LINE = /^\[([A-Za-z0-9][A-Za-z0-9._:-]*)\] ?(.*)$/s;
+
+/**
+ * Parse one line of the non-streamed log ("[source] line", or a bare `line`
+ * when the job has a single source).
+ */
+export function parseSourcedLine(text: string): ILogRecord {
+  const stripped = text.endsWith('\r') ? text.slice(0, -1) : text;
+  const m = SOURCED_LINE.exec(stripped);
+  if (m) {
+    return { source: m[1], line: m[2] };
+  }
+  return { source: '', line: stripped };
+}
+
+/**
+ * Turn the JSON payload of one SSE `data:` field into a log record, or null
+ * when it is not one (malformed JSON, missing `line`).
+ */
+export function parseLogEventData(data: string): ILogRecord | null {
+  let value: unknown;
+  try {
+    value = JSON.parse(data);
+  } catch {
+    return null;
+  }
+  if (!value || typeof value !== 'object') {
+    return null;
+  }
+  const obj = value as { source?: unknown; line?: unknown };
+  if (typeof obj.line !== 'string') {
+    return null;
+  }
+  return {
+    source: typeof obj.source === 'string' ? obj.source : '',
+    line: obj.line
+  };
+}
+
+/** One server-sent event. `event` defaults to "message". */
+export interface ISseEvent {
+  event: string;
+  data: string;
+  id?: string;
+}
+
+/**
+ * Incremental parser of a `text/event-stream` body (the subset of the
+ * WHATWG spec the server uses: `event:`, `data:`, `id:`, comments).
+ *
+ * Feed it decoded text chunks as they arrive; chunk boundaries may fall
+ * anywhere, including inside a line or between `\r` and `\n`.
+ */
+export class SseParser {
+  private _buffer = '';
+  private _event = '';
+  private _data: string[] = [];
+  private _id: string | undefined = undefined;
+
+  /** Feed a chunk; returns the events it completed. */
+  push(chunk: string): ISseEvent[] {
+    this._buffer += chunk;
+    const events: ISseEvent[] = [];
+    for (;;) {
+      const m = /\r\n|\r|\n/.exec(this._buffer);
+      if (!m) {
+        break;
+      }
+      // A lone trailing "\r" may be the first half of "\r\n": wait for more.
+      if (m[0] === '\r' && m.index === this._buffer.length - 1) {
+        break;
+      }
+      const line = this._buffer.slice(0, m.index);
+      this._buffer = this._buffer.slice(m.index + m[0].length);
+      const ev = this._line(line);
+      if (ev) {
+        events.push(ev);
+      }
+    }
+    return events;
+  }
+
+  /** Signal the end of the body; returns a last event not closed by a blank line. */
+  finish(): ISseEvent[] {
+    const events: ISseEvent[] = [];
+    if (this._buffer.length) {
+      const ev = this._line(this._buffer.replace(/\r$/, ''));
+      this._buffer = '';
+      if (ev) {
+        events.push(ev);
+      }
+    }
+    const ev = this._dispatch();
+    if (ev) {
+      events.push(ev);
+    }
+    return events;
+  }
+
+  private _line(line: string): ISseEvent | null {
+    if (line === '') {
+      return this._dispatch();
+    }
+    if (line.startsWith(':')) {
+      return null; // comment / keep-alive
+    }
+    const colon = line.indexOf(':');
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) {
+      value = value.slice(1);
+    }
+    switch (field) {
+      case 'event':
+        this._event = value;
+        break;
+      case 'data':
+        this._data.push(value);
+        break;
+      case 'id':
+        this._id = value;
+        break;
+      default:
+        break; // "retry" and unknown fields are ignored
+    }
+    return null;
+  }
+
+  private _dispatch(): ISseEvent | null {
+    const hasData = this._data.length > 0;
+    const event = this._event;
+    const ev: ISseEvent = {
+      event: event || 'message',
+      data: this._data.join('\n')
+    };
+    if (this._id !== undefined) {
+      ev.id = this._id;
+    }
+    this._event = '';
+    this._data = [];
+    // Per spec an event with no data is dropped; a named event (e.g. `end`)
+    // without data is still meaningful to us, so keep it.
+    return hasData || event ? ev : null;
+  }
+}
+
+/** Sort sources for the rank filter: launcher first, then by kind and number. */
+export function sortSources(sources: Iterable<string>): string[] {
+  const key = (s: string): [number, string, number] => {
+    if (s === 'launcher') {
+      return [0, s, 0];
+    }
+    const m = /^(.*?)-(\d+)$/.exec(s);
+    if (m) {
+      return [1, m[1], parseInt(m[2], 10)];
+    }
+    return [2, s, 0];
+  };
+  return Array.from(new Set(sources)).sort((a, b) => {
+    const ka = key(a);
+    const kb = key(b);
+    if (ka[0] !== kb[0]) {
+      return ka[0] - kb[0];
+    }
+    if (ka[1] !== kb[1]) {
+      return ka[1] < kb[1] ? -1 : 1;
+    }
+    return ka[2] - kb[2];
+  });
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Build the JupyterLab extension (labextension/ -> kf_jupyter/labextension) and
+# link it into the project venv, so the editable install's JupyterLab loads the
+# current build (the equivalent of `jupyter labextension develop --overwrite .`).
+#
+#   scripts/build-labextension.sh            # jlpm install + dev build + link
+#   scripts/build-labextension.sh --prod     # production build (as in the wheel)
+#   scripts/build-labextension.sh --test     # also run the Jest unit tests
+#   scripts/build-labextension.sh --no-link  # build only
+#
+# Needs Node.js >= 20; jlpm comes from the venv (jupyter-builder / jupyterlab).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+NAME=kf-jupyter-labextension
+
+prod=0 test=0 link=1
+for arg in "$@"; do
+  case "$arg" in
+    --prod) prod=1 ;;
+    --test) test=1 ;;
+    --no-link) link=0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "build-labextension: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+
+VENV=${VIRTUAL_ENV:-$ROOT/.venv}
+if [ -x "$VENV/bin/jlpm" ]; then
+  export PATH="$VENV/bin:$PATH"
+fi
+command -v node >/dev/null || { echo "build-labextension: node not found (Node.js >= 20 needed)" >&2; exit 1; }
+command -v jlpm >/dev/null || { echo "build-labextension: jlpm not found (pip install jupyter-builder)" >&2; exit 1; }
+
+# Use the registry npm is configured with (no host name written here).
+if [ -z "${YARN_NPM_REGISTRY_SERVER:-}" ] && command -v npm >/dev/null; then
+  reg=$(npm config get registry 2>/dev/null || true)
+  [ -n "$reg" ] && export YARN_NPM_REGISTRY_SERVER="$reg"
+fi
+
+cd labextension
+start=$(date +%s)
+jlpm install
+if ((prod)); then jlpm build:prod; else jlpm build; fi
+# install.json is mapped from the top level by pyproject; a copy here would be added twice.
+rm -f "$ROOT/kf_jupyter/labextension/install.json"
+echo "build-labextension: built $ROOT/kf_jupyter/labextension in $(( $(date +%s) - start )) s"
+if ((test)); then jlpm test; fi
+
+if ((link)) && [ -x "$VENV/bin/python" ]; then
+  dest_dir="$VENV/share/jupyter/labextensions"
+  mkdir -p "$dest_dir"
+  dest="$dest_dir/$NAME"
+  # An editable `pip install -e .` copies the extension here: replace the copy by a link.
+  if [ -e "$dest" ] && [ ! -L "$dest" ]; then rm -rf "$dest"; fi
+  ln -sfn "$ROOT/kf_jupyter/labextension" "$dest"
+  echo "build-labextension: linked $dest -> $ROOT/kf_jupyter/labextension"
+  "$VENV/bin/jupyter" labextension list 2>&1 | grep -F "$NAME" || true
+fi
