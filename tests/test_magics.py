@@ -247,3 +247,39 @@ def test_no_wait_returns_at_once_and_handle_waits(shell, capsys):
     assert job.status in ("Created", "Running")
     assert job.wait(timeout=120).status == "Complete"
     assert job.result == 7
+
+
+def test_kf_runtimes_table_and_config_text_mode(shell, capsys):
+    result, out, _ = run(shell, capsys, "%kf_runtimes torch")
+    assert result.success
+    assert out.splitlines()[0].split()[:3] == ["name", "framework", "policy"]
+    assert all(" torch " in line for line in out.splitlines()[1:])
+    result, out, _ = run(shell, capsys, "%kf_config")
+    assert result.success and "backend=local" in out and "--config VAR" in out
+
+
+def test_forms_passed_as_config_and_options(shell, capsys):
+    from kf_jupyter.widgets.forms import PodOverridesForm, RuntimeConfigForm
+
+    cfg = RuntimeConfigForm()
+    cfg.add_env("MODE", "fast")
+    pods = PodOverridesForm()
+    pods.node_selector.value = "disktype=ssd"
+    shell.user_ns.update(cfg=cfg, pods=pods)
+    result, out, err = run(
+        shell,
+        capsys,
+        "%%torchtrain --backend kubernetes --dry-run --config cfg --options pods --env B=2\n"
+        "print(1)\n",
+    )
+    assert result.success, out + err
+    manifest = yaml.safe_load(out)
+    assert manifest["spec"]["trainer"]["env"] == [
+        {"name": "MODE", "value": "fast"},
+        {"name": "B", "value": "2"},
+    ]
+    assert "disktype" in str(manifest["spec"]["runtimePatches"])
+    assert_valid_trainjob(manifest)
+    cfg.add_env("9BAD", "x")
+    result, out, err = run(shell, capsys, "%%torchtrain --dry-run --config cfg\nprint(1)\n")
+    assert not result.success and "9BAD" in out + err
