@@ -283,3 +283,13 @@ def test_forms_passed_as_config_and_options(shell, capsys):
     cfg.add_env("9BAD", "x")
     result, out, err = run(shell, capsys, "%%torchtrain --dry-run --config cfg\nprint(1)\n")
     assert not result.success and "9BAD" in out + err
+
+
+@pytest.mark.slow
+def test_timeout_stops_following_a_quiet_job(shell, capsys):
+    cell = "%%torchtrain -n 1 -p 1 --timeout 2 -o job\nimport time\ntime.sleep(60)\n"
+    result, out, err = run(shell, capsys, cell)
+    assert not result.success
+    job = shell.user_ns["job"]
+    assert "Timed out after 2" in out + err and f"%kf_logs {job.name} -f" in out + err
+    assert job.status in ("Created", "Running")

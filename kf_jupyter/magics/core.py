@@ -6,6 +6,7 @@ backends, ipywidgets, yaml and the kubernetes client load when a magic first nee
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -371,7 +372,7 @@ class KubeflowMagics(Magics):
                 runtime=handle.runtime,
                 buffer_lines=self.buffer_lines,
             )
-            self.monitors.append(monitor)
+            self.monitors = [*self.monitors[-9:], monitor]  # the last 10, for inspection
             from IPython.display import display
 
             display(monitor.widget)
@@ -419,16 +420,45 @@ class KubeflowMagics(Magics):
             raise self._failed(handle, job, monitor.state.failure_tail(job))
 
     def _wait_text(self, handle: JobHandle, timeout: Any, cancel: bool) -> None:
+        import queue
+        import threading
+
         from ..widgets.state import LogState
 
         state = LogState(buffer_lines=self.buffer_lines)
         deadline = time.monotonic() + timeout if timeout else None
         color = bool(getattr(sys.stdout, "isatty", lambda: False)())
+        # A reader thread follows the logs; the main thread prints (and notices an interrupt or
+        # the timeout even while the job is quiet). The bounded queue keeps memory flat.
+        lines: queue.Queue[Any] = queue.Queue(maxsize=10_000)
+        stop = threading.Event()
+        end = object()
+
+        def read() -> None:
+            try:
+                for rec in handle.client.iter_log_records(handle.name, follow=True):
+                    if stop.is_set():
+                        return
+                    lines.put(rec)
+            except Exception as exc:
+                lines.put(exc)
+            finally:
+                lines.put(end)
+
+        reader = threading.Thread(target=read, name=f"kf-follow-{handle.name}", daemon=True)
+        reader.start()
         try:
-            for rec in handle.client.iter_log_records(handle.name, follow=True):
-                shown = state.add(rec.source, rec.line)
-                if shown:
-                    print(state.text_prefix(rec.source, color) + rec.line, flush=False)
+            while True:
+                try:
+                    item = lines.get(timeout=0.25)
+                except queue.Empty:
+                    item = None
+                if item is end:
+                    break
+                if isinstance(item, Exception):
+                    raise item
+                if item is not None and state.add(item.source, item.line):
+                    print(state.text_prefix(item.source, color) + item.line)
                 if deadline and time.monotonic() > deadline:
                     raise TimeoutError
             job = handle.client.wait_for_job_status(
@@ -440,6 +470,11 @@ class KubeflowMagics(Magics):
             raise self._interrupted(handle, False, f"Timed out after {timeout} s") from None
         except JobFailedError:
             job = handle.client.get_job(handle.name)
+        finally:
+            stop.set()
+            with contextlib.suppress(queue.Empty):
+                while True:  # unblock a reader waiting on a full queue
+                    lines.get_nowait()
         sys.stdout.flush()
         if job.status == FAILED:
             raise self._failed(handle, job, state.failure_tail(job))
