@@ -74,6 +74,12 @@ class KFJupyterServer(LoggingConfigurable):
     keepalive_seconds = Float(
         15.0, help="Idle time after which an open log stream sends an SSE comment."
     ).tag(config=True)
+    kubeconfig = Unicode(
+        "",
+        help="Kubeconfig file of the kubernetes backend. Empty: the kubernetes client's default "
+        "($KUBECONFIG as it was when the client was imported, else ~/.kube/config, else the "
+        "in-cluster service account).",
+    ).tag(config=True)
     kubernetes_timeout = Float(
         20.0, help="Seconds to wait for the kubernetes backend to connect before giving up."
     ).tag(config=True)
@@ -149,7 +155,9 @@ class KFJupyterServer(LoggingConfigurable):
         from ..backends.kubernetes.config import KubernetesBackendConfig
 
         try:
-            return TrainerClient(KubernetesBackendConfig(namespace=namespace))
+            return TrainerClient(
+                KubernetesBackendConfig(namespace=namespace, config_file=self.kubeconfig or None)
+            )
         except KFJupyterError:
             raise
         except ImportError as exc:
