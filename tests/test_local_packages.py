@@ -20,10 +20,16 @@ MISSING = "inflection"
 
 def uses_packages():
     import sys
+    from importlib.util import find_spec
 
     import six
 
-    out = {"six": six.__version__, "python": sys.executable}
+    # torch is in the project's venv only, not in the interpreter that venv is built on.
+    out = {
+        "six": six.__version__,
+        "python": sys.executable,
+        "torch": find_spec("torch") is not None,
+    }
     try:
         import inflection
 
@@ -68,6 +74,7 @@ def test_missing_package_builds_one_env_and_reuses_it(client):
     client.wait_for_job_status(name, timeout=240)
     out = client.get_job_result(name)
     assert out["inflection"] == "DeviceType"
+    assert out["torch"] is True  # the layered env sees the kernel's venv, not only the base python
     envs = [p for p in (client.backend.state_dir / "envs").iterdir() if p.is_dir()]
     assert len(envs) == 1 and Path(out["python"]).parent == envs[0] / "bin"
     # The kernel's environment is untouched.

@@ -100,6 +100,37 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+_SITE_DIRS = (
+    "import json, site, sys, sysconfig\n"
+    "paths = [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')]\n"
+    "paths += site.getsitepackages()\n"
+    "print(json.dumps([p for i, p in enumerate(paths) if p not in paths[:i]]))\n"
+)
+
+
+def _site_dirs(python: str) -> list[str]:
+    out = subprocess.run([python, "-c", _SITE_DIRS], capture_output=True, text=True, check=True)
+    return [str(p) for p in json.loads(out.stdout)]
+
+
+def _link_base_site(python: str, env_python: Path, target: Path) -> None:
+    """Make the env see the base python's own site-packages (after its own).
+
+    `--system-site-packages` exposes the *base interpreter's* site-packages; when `python` is
+    itself a venv (the usual kernel), its packages would be invisible. A .pth file that calls
+    site.addsitedir() on each of its site dirs adds them, their .pth files included.
+    """
+    base = _site_dirs(python)
+    own = set(_site_dirs(str(env_python)))
+    lines = [f"import site; site.addsitedir({d!r})\n" for d in base if d not in own]
+    env_site = next(
+        d
+        for d in _site_dirs(str(env_python))
+        if d.startswith(str(target)) and d.endswith("site-packages")
+    )
+    Path(env_site, "_kf_jupyter_base.pth").write_text("".join(lines))
+
+
 _TORCHRUN = '#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n'
 
 
@@ -134,6 +165,7 @@ def layered_env(
                 idx += ["--index-url" if i == 0 else "--extra-index-url", url]
             pip = None
             if venv.returncode == 0:
+                _link_base_site(python, env_python, target)
                 pip = subprocess.run(
                     [
                         python,
