@@ -33,6 +33,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   "$VPY" -m pip install -q "torch==2.13.0"
   "$VPY" -m pip install -q -r requirements/dev.txt
   "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
+  # The wheel ships this as jupyter-config; the editable install needs it said once.
+  .venv/bin/jupyter server extension enable --sys-prefix kf_jupyter >/dev/null
   echo "$sum" >"$stamp"
 fi
 # The JupyterLab extension: built from labextension/ and linked into the venv; rebuilt only
