@@ -293,3 +293,24 @@ def test_timeout_stops_following_a_quiet_job(shell, capsys):
     job = shell.user_ns["job"]
     assert "Timed out after 2" in out + err and f"%kf_logs {job.name} -f" in out + err
     assert job.status in ("Created", "Running")
+
+
+@pytest.mark.slow
+def test_dry_run_against_a_real_api_server_uses_discovered_runtime(
+    shell, capsys, k8s_admin_kubeconfig, k8s_namespace
+):
+    run(shell, capsys, f'%config KubeflowMagics.kubeconfig = "{k8s_admin_kubeconfig}"')
+    result, out, err = run(
+        shell,
+        capsys,
+        f"%%jaxtrain -n 2 --backend kubernetes --namespace {k8s_namespace} --dry-run\n"
+        "import jax\nprint(jax.devices())\n",
+    )
+    assert result.success, out + err
+    assert "cannot be reached" not in err
+    manifest = yaml.safe_load(out)
+    assert manifest["spec"]["runtimeRef"]["name"] == "jax-distributed"
+    assert manifest["metadata"]["namespace"] == k8s_namespace
+    assert_valid_trainjob(manifest)
+    _, out, _ = run(shell, capsys, "%kf_runtimes --backend kubernetes")
+    assert "torch-distributed" in out and "jax-distributed" in out

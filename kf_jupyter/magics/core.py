@@ -111,6 +111,10 @@ class KubeflowMagics(Magics):
         ("local", "kubernetes"), default_value="local", help="default backend"
     ).tag(config=True)
     namespace = Unicode(None, allow_none=True, help="default Kubernetes namespace").tag(config=True)
+    kubeconfig = Unicode(
+        None, allow_none=True, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)"
+    ).tag(config=True)
+    context = Unicode(None, allow_none=True, help="kubeconfig context").tag(config=True)
     num_nodes = Int(None, allow_none=True, help="default number of nodes").tag(config=True)
     num_proc_per_node = Int(None, allow_none=True, help="default processes per node").tag(
         config=True
@@ -131,7 +135,7 @@ class KubeflowMagics(Magics):
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
-        self._clients: dict[tuple[str, str | None], Any] = {}
+        self._clients: dict[tuple[str, str | None, str | None, str | None], Any] = {}
         self.monitors: list[Any] = []
 
     # -- clients -----------------------------------------------------------------------------
@@ -140,14 +144,22 @@ class KubeflowMagics(Magics):
         """The TrainerClient of a backend (cached per backend and namespace)."""
         backend = backend or self.backend
         namespace = namespace if namespace is not None else self.namespace
-        key = (backend, namespace if backend == "kubernetes" else None)
+        key = (
+            (backend, namespace, self.kubeconfig, self.context)
+            if backend == "kubernetes"
+            else (backend, None, None, None)
+        )
         if key not in self._clients:
             from ..client import TrainerClient
 
             if backend == "kubernetes":
                 from ..backends.kubernetes.config import KubernetesBackendConfig
 
-                self._clients[key] = TrainerClient(KubernetesBackendConfig(namespace=namespace))
+                self._clients[key] = TrainerClient(
+                    KubernetesBackendConfig(
+                        namespace=namespace, config_file=self.kubeconfig, context=self.context
+                    )
+                )
             else:
                 from ..backends.local.config import LocalBackendConfig
 
@@ -354,6 +366,17 @@ class KubeflowMagics(Magics):
                 f"kf-jupyter: the cluster cannot be reached ({why}); this manifest uses runtime "
                 f"{rt_name!r} without checking that it exists.",
                 file=sys.stderr,
+            )
+        if isinstance(plan, dict) and isinstance(plan.get("trainjob"), dict):
+            # The Kubernetes backend wraps the manifest; print the TrainJob itself, ready for
+            # `kubectl apply -f`, with its namespace.
+            namespace = plan.get("namespace")
+            plan = plan["trainjob"]
+            if namespace:
+                plan.setdefault("metadata", {}).setdefault("namespace", namespace)
+        elif backend == "kubernetes" and (args.namespace or self.namespace):
+            plan.setdefault("metadata", {}).setdefault(
+                "namespace", args.namespace or self.namespace
             )
         print(to_yaml(plan), end="")
 
