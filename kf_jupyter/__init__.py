@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from .backends.kubernetes.config import KubernetesBackendConfig
     from .backends.local.config import LocalBackendConfig
     from .client import TrainerClient
+    from .widgets.forms import PodOverridesForm, RuntimeConfigForm
+    from .widgets.monitor import JobMonitor
 
 __version__ = "0.1.0"
 
@@ -45,6 +47,9 @@ _LAZY = {
     "TrainerClient": ("kf_jupyter.client", "TrainerClient"),
     "LocalBackendConfig": ("kf_jupyter.backends.local.config", "LocalBackendConfig"),
     "KubernetesBackendConfig": ("kf_jupyter.backends.kubernetes.config", "KubernetesBackendConfig"),
+    "JobMonitor": ("kf_jupyter.widgets.monitor", "JobMonitor"),
+    "RuntimeConfigForm": ("kf_jupyter.widgets.forms", "RuntimeConfigForm"),
+    "PodOverridesForm": ("kf_jupyter.widgets.forms", "PodOverridesForm"),
 }
 
 
@@ -81,6 +86,7 @@ __all__ = [
     "ForbiddenError",
     "JAXTrainer",
     "JobFailedError",
+    "JobMonitor",
     "JobNotFoundError",
     "JobRejectedError",
     "KFJupyterError",
@@ -91,8 +97,10 @@ __all__ = [
     "NamespaceNotFoundError",
     "OptionError",
     "PackageInstallError",
+    "PodOverridesForm",
     "Runtime",
     "RuntimeConfig",
+    "RuntimeConfigForm",
     "RuntimeMismatchError",
     "RuntimeNotFoundError",
     "SecretRef",
