@@ -43,6 +43,21 @@ def allreduce():
     dist.destroy_process_group()
 
 
+def noop():
+    return 0
+
+
+def run_noop_plain(script: Path) -> None:
+    subprocess.run([sys.executable, str(script)], check=True, stdout=subprocess.DEVNULL)
+
+
+def run_noop_ours(client) -> None:
+    from kf_jupyter import JAXTrainer
+
+    name = client.train(JAXTrainer(func=noop, initialize_distributed=False))
+    client.wait_for_job_status(name, timeout=600)
+
+
 def timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -104,6 +119,8 @@ def main() -> None:
     try:
         script = work / "allreduce.py"
         script.write_text(textwrap.dedent(inspect.getsource(allreduce)) + "\nallreduce()\n")
+        noop_script = work / "noop.py"
+        noop_script.write_text(textwrap.dedent(inspect.getsource(noop)) + "\nnoop()\n")
         tmp = work / "tmp"
         tmp.mkdir()
         ours = TrainerClient(LocalBackendConfig(state_dir=work / "state"))
@@ -119,8 +136,12 @@ def main() -> None:
         run_plain(script, tmp)
         first_pkg = timed(lambda: run_ours(ours, 1, rc))
 
-        times: dict[str, list[float]] = {k: [] for k in ("plain", "1x2", "2x2", "pkgs", "sdk")}
+        times: dict[str, list[float]] = {
+            k: [] for k in ("plain", "1x2", "2x2", "pkgs", "sdk", "noop-plain", "noop-ours")
+        }
         for i in range(args.runs):
+            times["noop-plain"].append(timed(lambda: run_noop_plain(noop_script)))
+            times["noop-ours"].append(timed(lambda: run_noop_ours(ours)))
             times["plain"].append(timed(lambda: run_plain(script, tmp)))
             times["1x2"].append(timed(lambda: run_ours(ours, 1)))
             times["pkgs"].append(timed(lambda: run_ours(ours, 1, rc)))
@@ -138,7 +159,8 @@ def main() -> None:
         )
         print()
         print(
-            f"machine: {os.cpu_count()} cores; medians of {args.runs} runs (SDK: {len(times['sdk'])})"
+            f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; medians of "
+            f"{args.runs} runs (SDK: {len(times['sdk'])})"
         )
         print(f"plain torchrun --nproc-per-node 2      {plain:6.2f} s")
         print(
@@ -150,6 +172,16 @@ def main() -> None:
         )
         print(
             f"kf-jupyter 1x2 + packages, later runs  {pkgs:6.2f} s   = +{pkgs - one:.2f} s over no packages (target < 1 s)"
+        )
+        npl, nours = med(times["noop-plain"]), med(times["noop-ours"])
+        print(
+            f"fixed overhead (no-op function, 1 process): python3 script {npl * 1000:.0f} ms, "
+            f"ours train->Complete {nours * 1000:.0f} ms (+{(nours - npl) * 1000:.0f} ms)"
+        )
+        paired = [o / p for o, p in zip(times["1x2"], times["plain"])]
+        print(
+            f"paired per-round ratio ours 1x2 / plain: median {med(paired):.3f} "
+            f"(rounds: {', '.join(f'{r:.2f}' for r in paired)})"
         )
         if times["sdk"]:
             print(

@@ -47,7 +47,7 @@ from .runtimes import LOCAL_RUNTIMES
 
 log = logging.getLogger("kf_jupyter.local")
 
-WAIT_POLL_SECONDS = 0.05
+WAIT_POLL_SECONDS = 0.02
 DELETE_WAIT_SECONDS = 8.0
 
 

@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -390,6 +391,12 @@ class Supervisor:
         """Start, watch and finish the job; the exit code is 0 when it completed."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
+        # Wake up at once when a child exits (or a signal arrives), not at the next poll.
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         ident = process_identity(os.getpid())
         update_status(
             self.job_dir,
@@ -453,7 +460,9 @@ class Supervisor:
             if now - last_snap >= SNAPSHOT_SECONDS:
                 last_snap = now
                 self._take_snapshot()
-            time.sleep(POLL_SECONDS)
+            select.select([wake_r], [], [], POLL_SECONDS)
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 512)
 
 
 def main(argv: list[str]) -> int:
