@@ -31,7 +31,8 @@ fi
 
 if compgen -G "notebooks/*.ipynb" >/dev/null; then
   echo "== notebooks (nbval)"
-  $PY -m pytest -p no:cacheprovider --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks/ -o testpaths=notebooks
+  $PY -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
+    --nbval-sanitize-with notebooks/sanitize.cfg notebooks/ -o testpaths=notebooks
   rc=$?
   [ $rc -eq 5 ] && { echo "test: no notebook cells ran" >&2; rc=1; }
   [ $rc -eq 0 ] || status=1
