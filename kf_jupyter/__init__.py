@@ -28,6 +28,7 @@ from .errors import (
     RuntimeNotFoundError,
     TrainerNotInstalledError,
     ValidationError,
+    WaitTimeoutError,
 )
 from .report import parse_report, report
 from .runtimes import Runtime, resolve_runtime, select_runtime
@@ -75,8 +76,6 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "kf_jupyter.server"}]
 
 
-
-
 __all__ = [
     "AmbiguousRuntimeError",
     "BackendError",
@@ -110,6 +109,7 @@ __all__ = [
     "TrainerClient",
     "TrainerNotInstalledError",
     "ValidationError",
+    "WaitTimeoutError",
     "XGBoostTrainer",
     "build_launch_plan",
     "build_trainjob",

@@ -35,6 +35,10 @@ class JobFailedError(KFJupyterError):
     """The job ended Failed while the caller waited for another status."""
 
 
+class WaitTimeoutError(KFJupyterError, TimeoutError):
+    """wait_for_job_status ran out of time before the job reached the wanted status."""
+
+
 class BackendError(KFJupyterError):
     """The backend could not do what was asked (cluster unreachable, forbidden, ...)."""
 

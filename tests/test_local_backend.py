@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from kf_jupyter import JAXTrainer, RuntimeConfig, SecretRef, TorchTrainer
-from kf_jupyter.backends.local.backend import JobTimeoutError
 from kf_jupyter.errors import (
     BackendError,
     JobFailedError,
     JobNotFoundError,
     RuntimeNotFoundError,
     ValidationError,
+    WaitTimeoutError,
 )
 from kf_jupyter.options import ActiveDeadlineSeconds, Name
 
@@ -207,7 +207,7 @@ def test_deadline_exceeded(client):
 
 def test_wait_timeout_and_status_names(client, tmp_path):
     name = client.train(plain(1, func=wait_for_file, func_args={"path": str(tmp_path / "go")}))
-    with pytest.raises(JobTimeoutError, match="still"):
+    with pytest.raises(WaitTimeoutError, match="still"):
         client.wait_for_job_status(name, timeout=0.3)
     with pytest.raises(ValidationError, match="Unknown job status"):
         client.wait_for_job_status(name, {"Succeeded"})

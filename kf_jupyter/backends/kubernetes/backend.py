@@ -46,6 +46,7 @@ from ...errors import (
     NamespaceNotFoundError,
     RuntimeNotFoundError,
     ValidationError,
+    WaitTimeoutError,
 )
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
@@ -72,10 +73,6 @@ SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 RUNTIME_CACHE_SECONDS = 60.0
 REQUEST_TIMEOUT = (10, 120)  # connect, read (seconds) for ordinary requests
 POD_SELECTOR = f"{JOBSET_NAME_LABEL},{REPLICATED_JOB_LABEL} in ({','.join(STEP_NAMES)})"
-
-
-class WaitTimeoutError(KFJupyterError, TimeoutError):
-    """wait_for_job_status ran out of time (also a built-in TimeoutError)."""
 
 
 def pod_selector(job: str) -> str:

@@ -31,9 +31,9 @@ from ...errors import (
     BackendError,
     JobFailedError,
     JobNotFoundError,
-    KFJupyterError,
     RuntimeNotFoundError,
     ValidationError,
+    WaitTimeoutError,
 )
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
@@ -49,10 +49,6 @@ log = logging.getLogger("kf_jupyter.local")
 
 WAIT_POLL_SECONDS = 0.02
 DELETE_WAIT_SECONDS = 8.0
-
-
-class JobTimeoutError(KFJupyterError, TimeoutError):
-    """wait_for_job_status ran out of time."""
 
 
 def free_port() -> int:
@@ -512,7 +508,7 @@ class LocalBackend:
             if job.status == COMPLETE:
                 raise JobFailedError(f"Job {name!r} completed without reaching {sorted(wanted)}.")
             if time.monotonic() >= end:
-                raise JobTimeoutError(
+                raise WaitTimeoutError(
                     f"Job {name!r} is still {job.status} after {timeout} s. Wait longer "
                     "(timeout=...), follow its logs, or delete it with client.delete_job(name)."
                 )
