@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from IPython.core import magic_arguments as ma
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import Any as AnyTrait
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
@@ -35,6 +36,17 @@ class KFMagicError(Exception):
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[31mkf-jupyter:\x1b[0m {self}"]
+
+
+def _parse_args(magic: Any, line: str) -> Any:
+    """Parse a magic line; an unbalanced quote is a UsageError like any other bad flag."""
+    try:
+        return ma.parse_argstring(magic, line)
+    except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+        raise UsageError(
+            f"Cannot read the flags ({exc}): close the quotation mark, or escape a lone quote "
+            "or backslash with a backslash, for example --env NOTE=it\\'s."
+        ) from None
 
 
 def _fail(message: str) -> KFMagicError:
@@ -211,7 +223,7 @@ class KubeflowMagics(Magics):
         return self._train_magic("xgboost", self.xgboosttrain, line, cell)
 
     def _train_magic(self, framework: str, magic: Any, line: str, cell: str) -> None:
-        args = ma.parse_argstring(magic, line)
+        args = _parse_args(magic, line)
         return self._guard(self._train, framework, args, cell)
 
     def _user_value(self, var: str, flag: str) -> Any:
@@ -521,7 +533,7 @@ class KubeflowMagics(Magics):
     @line_magic
     def kf_backend(self, line: str) -> None:
         """Show or set the session's default backend and namespace."""
-        args = ma.parse_argstring(self.kf_backend, line)
+        args = _parse_args(self.kf_backend, line)
         if args.backend:
             self.backend = args.backend
         if args.namespace is not None:
@@ -535,7 +547,7 @@ class KubeflowMagics(Magics):
     @line_magic
     def kf_runtimes(self, line: str) -> None:
         """List the training runtimes (optionally of one framework)."""
-        args = ma.parse_argstring(self.kf_runtimes, line)
+        args = _parse_args(self.kf_runtimes, line)
         from .render import RUNTIME_HEADERS, runtime_rows
 
         runtimes = self._guard(lambda: self.client(args.backend).list_runtimes(args.framework))
@@ -546,7 +558,7 @@ class KubeflowMagics(Magics):
     @line_magic
     def kf_jobs(self, line: str) -> None:
         """List the jobs: name, framework, backend, status, nodes, age, and actions."""
-        args = ma.parse_argstring(self.kf_jobs, line)
+        args = _parse_args(self.kf_jobs, line)
         from .render import JOB_HEADERS, job_rows
 
         jobs = self._guard(lambda: self.client(args.backend).list_jobs())
@@ -587,7 +599,7 @@ class KubeflowMagics(Magics):
     @line_magic
     def kf_logs(self, line: str) -> None:
         """Print a job's logs (`-f` follows until the job ends; interrupt to stop)."""
-        args = ma.parse_argstring(self.kf_logs, line)
+        args = _parse_args(self.kf_logs, line)
 
         def run() -> None:
             client = self.client(args.backend)
@@ -607,7 +619,7 @@ class KubeflowMagics(Magics):
     @line_magic
     def kf_delete(self, line: str) -> None:
         """Delete a job and stop its processes."""
-        args = ma.parse_argstring(self.kf_delete, line)
+        args = _parse_args(self.kf_delete, line)
         self._guard(lambda: self.client(args.backend).delete_job(args.name))
         print(f"Deleted job {args.name}.")
 
@@ -616,7 +628,7 @@ class KubeflowMagics(Magics):
     @line_magic
     def kf_config(self, line: str) -> Any:
         """Show the RuntimeConfig and pod-override forms; Apply sets the session defaults."""
-        args = ma.parse_argstring(self.kf_config, line)
+        args = _parse_args(self.kf_config, line)
         if args.reset:
             self.runtime_config = None
             self.options = None

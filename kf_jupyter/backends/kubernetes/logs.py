@@ -66,6 +66,12 @@ class _Reader(threading.Thread):
         """The pod changed (or was deleted, when None)."""
         with self.cond:
             if pod is None:
+                if not self.deleted:
+                    # A deleted pod's stream should end with its container; if it does not (a
+                    # kubelet that keeps it open), end it ourselves rather than wait forever.
+                    timer = threading.Timer(CLEAN_END_WAIT, self.close)
+                    timer.daemon = True
+                    timer.start()
                 self.deleted = True
             else:
                 self.phase = str((pod.get("status") or {}).get("phase") or self.phase)
