@@ -24,7 +24,7 @@ class SecretRef:
 
     def __post_init__(self) -> None:
         for what, v in (("name", self.name), ("key", self.key)):
-            if not isinstance(v, str) or not v or not re.match(r"^[-._a-zA-Z0-9]+$", v):
+            if not isinstance(v, str) or not v or not re.fullmatch(r"[-._a-zA-Z0-9]+", v):
                 raise ValidationError(
                     f"SecretRef {what} {v!r} is not valid: Secret names and keys hold letters, "
                     "digits, '-', '_' and '.'."
@@ -78,8 +78,13 @@ def mask_url(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
-        return url
-    if parts.password is None and not (parts.username and "@" in parts.netloc):
+        parts = None
+    if parts is None or (parts.password is None and not (parts.username and "@" in parts.netloc)):
+        # credentials urlsplit cannot see (a '/', '?', '#' or space in the password): hide
+        # everything between '://' and the last '@'
+        scheme, sep, rest = url.partition("://")
+        if sep and "@" in rest:
+            return f"{scheme}://****@{rest.rpartition('@')[2]}"
         return url
     host = parts.hostname or ""
     if parts.port:

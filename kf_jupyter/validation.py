@@ -28,7 +28,7 @@ RESOURCE_ALIASES = {
 
 def validate_job_name(name: str) -> str:
     """Check a TrainJob name: an RFC 1035 label of at most 63 characters."""
-    if not isinstance(name, str) or len(name) > 63 or not _RFC1035.match(name):
+    if not isinstance(name, str) or len(name) > 63 or not _RFC1035.fullmatch(name):
         raise ValidationError(
             f"Invalid job name {name!r}: a job name must be an RFC 1035 label — at most 63 "
             "characters, lower-case letters, digits and '-', starting with a letter and ending "
@@ -39,7 +39,7 @@ def validate_job_name(name: str) -> str:
 
 def validate_env_name(name: str) -> str:
     """Check an environment variable name (a C identifier)."""
-    if not isinstance(name, str) or not _ENV_NAME.match(name):
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
         raise ValidationError(
             f"Invalid environment variable name {name!r}: names must start with a letter or '_' "
             "and hold only letters, digits and '_'. Rename the variable."
@@ -68,8 +68,8 @@ def validate_label_key(key: str) -> str:
     ok = (
         isinstance(key, str)
         and 0 < len(name) <= 63
-        and _LABEL_NAME.match(name) is not None
-        and (not prefix or (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix) is not None))
+        and _LABEL_NAME.fullmatch(name) is not None
+        and (not prefix or (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix) is not None))
     )
     if not ok:
         raise ValidationError(
@@ -82,7 +82,7 @@ def validate_label_key(key: str) -> str:
 
 def validate_label_value(key: str, value: str) -> str:
     """Check a label value (≤ 63 characters of the label alphabet, may be empty)."""
-    if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+    if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         raise ValidationError(
             f"Invalid value {value!r} for label {key!r}: a label value has at most 63 "
             "characters of letters, digits, '-', '_' and '.', starting and ending with a letter "
@@ -103,7 +103,7 @@ def validate_annotation_value(key: str, value: str) -> str:
 
 def validate_image(image: str) -> str:
     """Check a container image reference (no spaces or shell characters)."""
-    if not isinstance(image, str) or len(image) > 500 or not _IMAGE.match(image):
+    if not isinstance(image, str) or len(image) > 500 or not _IMAGE.fullmatch(image):
         raise ValidationError(
             f"Invalid container image {image!r}: an image reference is like "
             "'registry.example.com/team/trainer:1.0' or 'name@sha256:...', without spaces or "
@@ -135,7 +135,7 @@ def normalize_resources(resources: Mapping[str, Any] | None) -> dict[str, str]:
         elif key.startswith("mig-") and len(key) > 4:
             name = f"nvidia.com/{key}"
             mig.append(key)
-        elif "/" in key and _DNS_SUBDOMAIN.match(key.split("/", 1)[0]):
+        elif "/" in key and _DNS_SUBDOMAIN.fullmatch(key.split("/", 1)[0]):
             name = key
             if key.startswith("nvidia.com/mig-"):
                 mig.append(key)
@@ -146,7 +146,7 @@ def normalize_resources(resources: Mapping[str, Any] | None) -> dict[str, str]:
                 "as 'amd.com/gpu'."
             )
         value = str(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else raw
-        if not isinstance(value, str) or not _QUANTITY.match(value):
+        if not isinstance(value, str) or not _QUANTITY.fullmatch(value):
             raise ValidationError(
                 f"Invalid quantity {raw!r} for resource {key!r}: use a Kubernetes quantity such "
                 "as 2, 500m, 4Gi or 1.5."

@@ -154,7 +154,7 @@ class RuntimesHandler(KFHandler):
         """List runtimes, optionally of one framework."""
         try:
             framework = self.get_query_argument("framework", None) or None
-            if framework is not None and not _FRAMEWORK.match(framework):
+            if framework is not None and not _FRAMEWORK.fullmatch(framework):
                 raise ValidationError(
                     f"Invalid framework {framework!r}: use a framework label such as torch, "
                     "deepspeed, mpi, jax or xgboost."

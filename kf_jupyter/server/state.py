@@ -48,7 +48,7 @@ def validate_namespace(value: str | None) -> str | None:
     """The `namespace` query argument: an RFC 1123 label, or absent for the default."""
     if value in (None, ""):
         return None
-    if len(value) > 63 or not _NAMESPACE.match(value):
+    if len(value) > 63 or not _NAMESPACE.fullmatch(value):
         raise ValidationError(
             f"Invalid namespace {value!r}: a Kubernetes namespace is at most 63 lower-case "
             "letters, digits and '-', starting and ending with a letter or digit. Pick an "
