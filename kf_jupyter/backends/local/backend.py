@@ -203,20 +203,36 @@ class LocalBackend:
                 f"The working directory {cwd!r} for the job does not exist; set "
                 "LocalBackendConfig(cwd=...) to an existing directory."
             )
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
         jd = self.jobs_dir / name
         try:
+            self.jobs_dir.mkdir(parents=True, exist_ok=True)
             jd.mkdir()
         except FileExistsError:
             raise ValidationError(
                 f"A local job named {name!r} already exists. Delete it with "
                 f"client.delete_job({name!r}) or choose another name."
             ) from None
+        except OSError as exc:
+            if sv.is_disk_full(exc):
+                raise self._disk_full(exc) from None
+            raise
         try:
             return self._launch(jd, manifest, plan, rt, python, provided, cwd, trainer)
+        except OSError as exc:
+            shutil.rmtree(jd, ignore_errors=True)
+            if sv.is_disk_full(exc):
+                raise self._disk_full(exc) from None
+            raise
         except BaseException:
             shutil.rmtree(jd, ignore_errors=True)
             raise
+
+    def _disk_full(self, exc: OSError) -> BackendError:
+        return BackendError(
+            f"No space left on device: the job could not be written to {self.jobs_dir} "
+            f"({exc.strerror}). Free some space there, or put the jobs on a larger disk with "
+            "LocalBackendConfig(state_dir=...), and run the job again."
+        )
 
     def _process_env(
         self, plan: LaunchPlan, index: int, jd: Path, python: str, provided: bool

@@ -11,11 +11,19 @@ the files alone.
   descendant, SIGKILL after a grace period) and the job is Failed, naming the failed rank.
 - SIGTERM/SIGINT/SIGHUP to the supervisor cancel the job the same way (`delete_job`).
 - `activeDeadlineSeconds` stops the job with reason DeadlineExceeded.
+- It is a child subreaper (Linux): a process whose parent dies (torchrun or mpirun killed) is
+  re-parented to the supervisor, not to init, so it is still found and stopped.
+- A full disk: a few KiB are set aside (`.reserve`) when the job starts; if the job folder's
+  filesystem fills up (a rank fails while it is full, or one of our own writes gets ENOSPC), the
+  processes are stopped, the reserve is released and the job ends Failed / LogWriteFailed.
+- If the supervisor itself fails unexpectedly it still stops the job's processes; if the job
+  folder is removed under it (checked every second), it stops them too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -32,6 +40,9 @@ POLL_SECONDS = 0.05
 GRACE_SECONDS = 2.0
 SNAPSHOT_SECONDS = 1.0
 TAIL_LINES = 12
+RESERVE_BYTES = 128 * 1024  # set aside to record the end of a job on a full disk
+LOW_SPACE_BYTES = 64 * 1024  # below this the job folder's filesystem counts as full
+PR_SET_CHILD_SUBREAPER = 36
 
 CREATED = "Created"
 RUNNING = "Running"
@@ -44,6 +55,7 @@ REASON_FAILED = "FailedJobs"
 REASON_CANCELLED = "Cancelled"
 REASON_DEADLINE = "DeadlineExceeded"
 REASON_LOST = "SupervisorLost"
+REASON_LOG_WRITE = "LogWriteFailed"
 
 
 # ----------------------------------------------------------------------------- job-folder files
@@ -52,9 +64,14 @@ REASON_LOST = "SupervisorLost"
 def atomic_write_json(path: str, data: Any) -> None:
     """Write JSON to `path` atomically (a temporary file, then os.replace)."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # a half-written file must not keep the space of a full disk
+        raise
 
 
 def read_json(path: str) -> Any:
@@ -114,6 +131,55 @@ def append_event(job_dir: str, type_: str, reason: str, message: str, obj: str =
         os.write(fd, (line + "\n").encode("utf-8"))
     finally:
         os.close(fd)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """The error says the filesystem (or the quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes an unprivileged writer may still use on the filesystem holding `path`."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return int(st.f_bavail * st.f_frsize)
+
+
+def make_reserve(path: str, size: int = RESERVE_BYTES) -> bool:
+    """Allocate `size` real bytes at `path` (released later to record the end on a full disk)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        return False
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise
+            os.write(fd, b"\0" * size)  # a filesystem without fallocate
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return False
+    finally:
+        os.close(fd)
+
+
+def set_child_subreaper() -> bool:
+    """Become the reaper of orphaned descendants (Linux prctl); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 # ----------------------------------------------------------------------------- process trees
@@ -242,6 +308,28 @@ def last_lines(path: str, n: int = TAIL_LINES) -> list[str]:
 
 _TORCH_ROOT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 _MPI_ROOT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(-?\d+)")
+_MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+_EXEC = re.compile(r"^exec\s+([\w.+/-]+)", re.MULTILINE)
+
+
+def describe_exit(code: int) -> str:
+    """`exit code 3`, or `killed by signal 9 (SIGKILL)` for a negative code."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"killed by signal {-code}"
+    return f"killed by signal {-code} ({name})"
+
+
+def program_of(argv: list[str]) -> str:
+    """The program a launch command runs: what a `bash -c` script execs, else argv[0]."""
+    if len(argv) >= 3 and os.path.basename(argv[0]) in ("bash", "sh") and argv[1] == "-c":
+        m = _EXEC.search(argv[2])
+        if m:
+            return os.path.basename(m.group(1))
+    return os.path.basename(argv[0]) if argv else "?"
 
 
 def failed_rank(job_dir: str, process_logs: dict[str, str]) -> tuple[int | None, int | None]:
@@ -251,6 +339,9 @@ def failed_rank(job_dir: str, process_logs: dict[str, str]) -> tuple[int | None,
         m = _TORCH_ROOT.search(root) or _MPI_ROOT.search(text)
         if m:
             return int(m.group(1)), int(m.group(2))
+        m = _MPI_SIGNAL.search(text)
+        if m:
+            return int(m.group(1)), -int(m.group(2))
     logs = os.path.join(job_dir, "logs")
     candidates = []
     with contextlib.suppress(OSError):
@@ -263,7 +354,7 @@ def failed_rank(job_dir: str, process_logs: dict[str, str]) -> tuple[int | None,
     return None, None
 
 
-def failure_message(job_dir: str, name: str, code: int) -> str:
+def failure_message(job_dir: str, name: str, code: int, program: str | None = None) -> str:
     """One message naming the failed rank (or process), its exit code and its last log lines."""
     logs = os.path.join(job_dir, "logs")
     proc_log = os.path.join(logs, f"{name}.log")
@@ -273,14 +364,22 @@ def failure_message(job_dir: str, name: str, code: int) -> str:
             if not entry.name.startswith("rank-") and entry.name.endswith(".log"):
                 texts.setdefault(entry.name[:-4], tail_text(entry.path))
     rank, rank_code = failed_rank(job_dir, texts)
-    code_text = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+    code_text = describe_exit(code)
+    proc = f"{name} ({program})" if program else name
     if rank is not None:
-        rcode = f"exit code {rank_code}" if rank_code is not None else code_text
-        head = f"Rank {rank} failed ({rcode}; process {name} ended with {code_text})."
+        rcode = describe_exit(rank_code) if rank_code is not None else code_text
+        if rank_code is not None and rank_code < 0:
+            head = f"Rank {rank} was {rcode}; process {proc} then ended with {code_text}."
+        else:
+            head = f"Rank {rank} failed ({rcode}; process {proc} ended with {code_text})."
         lines = last_lines(os.path.join(logs, f"rank-{rank}.log")) or last_lines(proc_log)
         where = f"rank-{rank}.log"
+    elif code < 0:
+        head = f"Process {proc} was {code_text}."
+        lines = last_lines(proc_log)
+        where = f"{name}.log"
     else:
-        head = f"Process {name} failed with {code_text}."
+        head = f"Process {proc} failed with {code_text}."
         lines = last_lines(proc_log)
         where = f"{name}.log"
     body = "\n".join(lines) if lines else "(no output)"
@@ -303,23 +402,91 @@ class Supervisor:
         self.exits: dict[str, int] = {}
         self.cancel_signal: int | None = None
         self.snapshot: list[tuple[int, float]] = []
+        self.reserve = os.path.join(job_dir, ".reserve")
+        # Set when one of our own writes met a full disk; what could not be written waits here.
+        self.disk_error: str | None = None
+        self.pending_changes: list[Callable[[dict[str, Any]], None]] = []
+        self.pending_events: list[tuple[str, str, str, str]] = []
+        self.broken = False  # the job folder is gone or unwritable: record nothing more
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.cancel_signal = signum
+
+    # ------------------------------------------------------------ writes that survive ENOSPC
+
+    def _update(self, change: Callable[[dict[str, Any]], None]) -> None:
+        if self.disk_error is None and not self.broken:
+            try:
+                update_status(self.job_dir, change)
+                return
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                self.disk_error = str(exc)
+        self.pending_changes.append(change)
+
+    def _event(self, type_: str, reason: str, message: str, obj: str = "") -> None:
+        if self.disk_error is None and not self.broken:
+            try:
+                append_event(self.job_dir, type_, reason, message, obj)
+                return
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                self.disk_error = str(exc)
+        self.pending_events.append((type_, reason, message, obj))
+
+    def _finish(self, status: str, reason: str, message: str) -> None:
+        """Record the end (after the processes were stopped: nothing else is writing now)."""
+        if self.disk_error is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.reserve)
+        pending, self.pending_changes = self.pending_changes, []
+
+        def change(st: dict[str, Any]) -> None:
+            for c in pending:
+                c(st)
+
+        if pending:
+            update_status(self.job_dir, change)
+        events, self.pending_events = self.pending_events, []
+        for e in events:
+            append_event(self.job_dir, *e)
+        finish_status(self.job_dir, status, reason, message)
+
+    def _logs_full(self) -> bool:
+        free = free_bytes(os.path.join(self.job_dir, "logs"))
+        return free is not None and free < LOW_SPACE_BYTES
+
+    # ------------------------------------------------------------ processes
+
+    def _program(self, name: str) -> str:
+        for item in self.spec["processes"]:
+            if item["name"] == name:
+                return program_of(list(item["argv"]))
+        return "?"
 
     def _reap(self) -> None:
         for name, p in self.procs.items():
             rc = p.poll()
             if rc is not None and name not in self.exits:
                 self.exits[name] = rc
-                append_event(
-                    self.job_dir, "Normal", "Exited", f"process {name} exited with code {rc}", name
-                )
+                self._event("Normal", "Exited", f"process {name} exited with code {rc}", name)
 
                 def change(st: dict[str, Any], name: str = name, rc: int = rc) -> None:
                     st.setdefault("processes", {}).setdefault(name, {})["exit_code"] = rc
 
-                update_status(self.job_dir, change)
+                self._update(change)
+        # Orphans re-parented to us (we are a subreaper): collect them once they exit.
+        ours = {p.pid for p in self.procs.values()}
+        ps = _psutil()
+        if ps is None:
+            return
+        with contextlib.suppress(Exception):
+            for child in ps.Process().children():
+                if child.pid not in ours and child.status() == ps.STATUS_ZOMBIE:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(child.pid, os.WNOHANG)
 
     def _start(self) -> None:
         logs = os.path.join(self.job_dir, "logs")
@@ -356,14 +523,8 @@ class Supervisor:
             def change(st: dict[str, Any], name: str = item["name"], entry: Any = entry) -> None:
                 st.setdefault("processes", {})[name] = entry
 
-            update_status(self.job_dir, change)
-            append_event(
-                self.job_dir,
-                "Normal",
-                "Started",
-                f"process {item['name']} pid {p.pid}",
-                item["name"],
-            )
+            self._update(change)
+            self._event("Normal", "Started", f"process {item['name']} pid {p.pid}", item["name"])
 
     def _stop_all(self) -> None:
         groups = [p.pid for p in self.procs.values()]
@@ -371,6 +532,8 @@ class Supervisor:
             (p.pid, None) for n, p in self.procs.items() if n not in self.exits
         ]
         known += [(pid, ct) for pid, ct in self.snapshot]
+        # Everything below us, including orphans re-parented to us (torchrun/mpirun killed).
+        known += [(pid, ct) for pid, ct in descendants([os.getpid()])]
         stop_tree(groups, known, reap=self._reap)
         for p in self.procs.values():
             with contextlib.suppress(Exception):
@@ -385,30 +548,54 @@ class Supervisor:
             def change(st: dict[str, Any]) -> None:
                 st["descendants"] = [[pid, ct] for pid, ct in snap]
 
-            update_status(self.job_dir, change)
+            self._update(change)
+
+    def _disk_full_message(self, failed: tuple[str, int] | None) -> str:
+        logs = os.path.join(self.job_dir, "logs")
+        free = free_bytes(logs)
+        why = self.disk_error or f"[Errno {errno.ENOSPC}] No space left on device"
+        head = (
+            f"No space left on device: the filesystem holding the job's folder ({self.job_dir}, "
+            f"{free if free is not None else '?'} bytes free) filled up while the job wrote its "
+            f"logs ({why}), so the job was stopped. Every line written before is kept in "
+            f"{logs}. Free some space, or put the jobs on a larger disk with "
+            "LocalBackendConfig(state_dir=...), and run the job again."
+        )
+        if failed is None:
+            return head
+        name, code = failed
+        return head + " " + failure_message(self.job_dir, name, code, self._program(name))
 
     def run(self) -> int:
         """Start, watch and finish the job; the exit code is 0 when it completed."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
+        set_child_subreaper()
         # Wake up at once when a child exits (or a signal arrives), not at the next poll.
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        make_reserve(self.reserve)
+        try:
+            return self._run(wake_r)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(self.reserve)
+
+    def _run(self, wake_r: int) -> int:
         ident = process_identity(os.getpid())
-        update_status(
-            self.job_dir,
-            lambda st: st.update(supervisor_pid=os.getpid(), supervisor_create_time=ident),
-        )
+        self._update(lambda st: st.update(supervisor_pid=os.getpid(), supervisor_create_time=ident))
         try:
             self._start()
         except Exception as exc:
             self._stop_all()
-            finish_status(
-                self.job_dir, FAILED, REASON_FAILED, f"The job's processes could not start: {exc}"
-            )
+            if is_disk_full(exc) or self.disk_error is not None:
+                self.disk_error = self.disk_error or str(exc)
+                self._finish(FAILED, REASON_LOG_WRITE, self._disk_full_message(None))
+            else:
+                self._finish(FAILED, REASON_FAILED, f"The job's processes could not start: {exc}")
             return 1
         started = time.time()
         if self.cancel_signal is None:
@@ -417,39 +604,43 @@ class Supervisor:
                 if st.get("status") not in TERMINAL:
                     st.update(status=RUNNING, started=started)
 
-            update_status(self.job_dir, running)
-            append_event(self.job_dir, "Normal", "Running", "all processes started")
+            self._update(running)
+            self._event("Normal", "Running", "all processes started")
         deadline = self.spec.get("deadline_seconds")
         last_snap = 0.0
         while True:
             self._reap()
             if self.cancel_signal is not None:
                 self._stop_all()
-                finish_status(
-                    self.job_dir,
+                self._finish(
                     FAILED,
                     REASON_CANCELLED,
                     f"The job was cancelled (signal {self.cancel_signal}); its processes were stopped.",
                 )
                 return 1
             bad = [(n, rc) for n, rc in self.exits.items() if rc != 0]
+            if self.disk_error is not None or (bad and self._logs_full()):
+                self._stop_all()
+                self._finish(
+                    FAILED, REASON_LOG_WRITE, self._disk_full_message(next(iter(bad), None))
+                )
+                return 1
             if bad:
                 name, code = bad[0]
                 self._stop_all()
-                finish_status(
-                    self.job_dir, FAILED, REASON_FAILED, failure_message(self.job_dir, name, code)
+                self._finish(
+                    FAILED,
+                    REASON_FAILED,
+                    failure_message(self.job_dir, name, code, self._program(name)),
                 )
                 return 1
             if len(self.exits) == len(self.procs):
                 self._stop_all()  # whatever the job left behind in its process groups
-                finish_status(
-                    self.job_dir, COMPLETE, REASON_COMPLETE, "All processes exited with code 0."
-                )
+                self._finish(COMPLETE, REASON_COMPLETE, "All processes exited with code 0.")
                 return 0
             if deadline is not None and time.time() - started > float(deadline):
                 self._stop_all()
-                finish_status(
-                    self.job_dir,
+                self._finish(
                     FAILED,
                     REASON_DEADLINE,
                     f"The job ran longer than activeDeadlineSeconds={deadline}; its processes "
@@ -459,6 +650,11 @@ class Supervisor:
             now = time.monotonic()
             if now - last_snap >= SNAPSHOT_SECONDS:
                 last_snap = now
+                if not os.path.exists(os.path.join(self.job_dir, "status.json")):
+                    # The job folder was removed under us: nobody can follow the job any more.
+                    self.broken = True
+                    self._stop_all()
+                    return 1
                 self._take_snapshot()
             select.select([wake_r], [], [], POLL_SECONDS)
             with contextlib.suppress(BlockingIOError):
@@ -471,9 +667,15 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: supervisor.py JOB_DIR\n")
         return 2
     job_dir = argv[1]
+    sup: Supervisor | None = None
     try:
-        return Supervisor(job_dir).run()
-    except Exception as exc:  # record why, so waiters do not hang
+        sup = Supervisor(job_dir)
+        return sup.run()
+    except Exception as exc:  # stop what we started and record why, so nothing is left behind
+        if sup is not None:
+            sup.broken = True  # stop without writing: the write may be what failed
+            with contextlib.suppress(Exception):
+                sup._stop_all()
         with contextlib.suppress(Exception):
             finish_status(job_dir, FAILED, REASON_LOST, f"The job's supervisor failed: {exc!r}")
         raise
