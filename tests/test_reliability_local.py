@@ -416,8 +416,8 @@ def _fill(path: Path) -> None:
 
 
 @pytest.mark.reliability(
-    scenario="disk full while rank 0 writes its log (job folder on a 1 MiB tmpfs); "
-    "then train() on the full disk",
+    scenario="disk full while rank 0 writes its log (job folder on a 1 MiB tmpfs); then a "
+    "supervisor SIGKILLed on the full disk, and train() on the full disk",
     area="local",
     tries=RUNS,
 )
@@ -452,11 +452,26 @@ def test_disk_full_while_writing_logs(tiny_fs, tmp_path, record_property):
         assert not list(job_dir.glob("*.tmp"))
         client.delete_job(name)  # frees the space for the next run
         assert not job_dir.exists()
-    # A new job on a disk that is already full: one clear error, nothing half-made left.
+    # A job whose supervisor dies while the disk is full: still reported, still deletable.
+    sleeper = client.train(
+        JAXTrainer(func=wait_for_gate, func_args={"gate": "-"}, initialize_distributed=False)
+    )
+    client.wait_for_job_status(sleeper, {"Running"}, timeout=30)
+    sleeper_dir = client.backend.jobs_dir / sleeper
+    wait_until(lambda: list(client.get_job_logs(sleeper)) == ["rank 0 up"], what="rank up")
     _fill(tiny_fs / "filler")
+    supervisor = psutil.Process(status_of(sleeper_dir)["supervisor_pid"])
+    supervisor.kill()
+    supervisor.wait(timeout=10)
+    job = client.get_job(sleeper)  # the status cannot be written: said anyway, no OSError
+    assert (job.status, job.reason) == ("Failed", "SupervisorLost")
+    # A new job on a disk that is already full: one clear error, nothing half-made left.
     with pytest.raises(BackendError, match="No space left on device") as err:
         client.train(JAXTrainer(func=numbered, func_args={"ledger_dir": str(tmp_path), "n": 1}))
     assert "Traceback" not in str(err.value)
+    assert [j.name for j in client.list_jobs()] == [sleeper]
+    client.delete_job(sleeper)  # stops the rank the lost supervisor left
+    assert_no_leftovers(sleeper_dir)
     assert client.list_jobs() == []
     figures(
         record_property,

@@ -227,11 +227,13 @@ class LocalBackend:
             shutil.rmtree(jd, ignore_errors=True)
             raise
 
-    def _disk_full(self, exc: OSError) -> BackendError:
+    def _disk_full(
+        self, exc: OSError, what: str = "the job could not be written to"
+    ) -> BackendError:
         return BackendError(
-            f"No space left on device: the job could not be written to {self.jobs_dir} "
-            f"({exc.strerror}). Free some space there, or put the jobs on a larger disk with "
-            "LocalBackendConfig(state_dir=...), and run the job again."
+            f"No space left on device: {what} {self.jobs_dir} ({exc.strerror}). Free some space "
+            "there, or put the jobs on a larger disk with LocalBackendConfig(state_dir=...), "
+            "and run the job again."
         )
 
     def _process_env(
@@ -349,13 +351,17 @@ class LocalBackend:
             time.sleep(0.1)
             st = sv.read_json(str(jd / "status.json"))
             if st.get("status") not in TERMINAL and not self._supervisor_alive(st):
-                sv.finish_status(
-                    str(jd),
-                    FAILED,
-                    sv.REASON_LOST,
+                message = (
                     "The job's supervisor process is gone (killed, or the machine restarted), "
-                    "so the job cannot finish. Delete it and run it again.",
+                    "so the job cannot finish. Delete it and run it again."
                 )
+                try:
+                    sv.finish_status(str(jd), FAILED, sv.REASON_LOST, message)
+                except OSError as exc:
+                    if not sv.is_disk_full(exc):
+                        raise
+                    # Say it anyway; it is written by the next reader once there is space.
+                    return {**st, "status": FAILED, "reason": sv.REASON_LOST, "message": message}
                 st = sv.read_json(str(jd / "status.json"))
         return st
 
@@ -530,7 +536,7 @@ class LocalBackend:
                 )
             time.sleep(WAIT_POLL_SECONDS)
 
-    def _stop(self, name: str, jd: Path) -> None:
+    def _stop(self, name: str, jd: Path, record_on_full_disk_optional: bool = False) -> None:
         st = sv.read_json(str(jd / "status.json"))
         pid = st.get("supervisor_pid")
         if pid and sv.same_process(int(pid), st.get("supervisor_create_time")):
@@ -552,12 +558,21 @@ class LocalBackend:
         live = [(p, c) for p, c in known if sv.same_process(p, c)]
         if live:
             sv.stop_tree(groups, live)
-        sv.finish_status(
-            str(jd),
-            FAILED,
-            sv.REASON_CANCELLED,
-            "The job was cancelled; its processes were stopped.",
-        )
+        try:
+            sv.finish_status(
+                str(jd),
+                FAILED,
+                sv.REASON_CANCELLED,
+                "The job was cancelled; its processes were stopped.",
+            )
+        except OSError as exc:
+            if not sv.is_disk_full(exc):
+                raise
+            if not record_on_full_disk_optional:
+                what = (
+                    "the processes were stopped, but the Cancelled status could not be written to"
+                )
+                raise self._disk_full(exc, what) from None
 
     def cancel_job(self, name: str) -> None:
         """Stop the job's processes (the whole tree) and keep its record, status Failed/Cancelled."""
@@ -567,5 +582,5 @@ class LocalBackend:
     def delete_job(self, name: str) -> None:
         """Stop the job's processes (the whole tree) and remove its folder."""
         jd = self.job_dir(name)
-        self._stop(name, jd)
+        self._stop(name, jd, record_on_full_disk_optional=True)  # the record goes anyway
         shutil.rmtree(jd, ignore_errors=True)
