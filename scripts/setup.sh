@@ -32,7 +32,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
   "$VPY" -m pip install -q "torch==2.13.0"
   "$VPY" -m pip install -q -r requirements/dev.txt
-  "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
+  # The lab extension is built and linked by scripts/build-labextension.sh below, not by the hook.
+  HATCH_BUILD_NO_HOOKS=true "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
   # The wheel ships this as jupyter-config; the editable install needs it said once.
   .venv/bin/jupyter server extension enable --sys-prefix kf_jupyter >/dev/null
   echo "$sum" >"$stamp"

@@ -262,7 +262,7 @@ class KubernetesBackend:
             raise ClusterUnreachableError(
                 f"Cannot load the Kubernetes configuration (kubeconfig {where}"
                 f"{', context ' + repr(cfg.context) if cfg.context else ''}): "
-                f"{mask_secrets(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}. "
+                f"{mask_secrets(str(exc).splitlines()[0] if str(exc) else type(exc).__name__).rstrip('.')}. "
                 "Point KubernetesBackendConfig(config_file=..., context=...) at a valid "
                 "kubeconfig, or run inside the cluster with a service account."
             ) from None
