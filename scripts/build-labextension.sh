@@ -42,7 +42,8 @@ cd labextension
 start=$(date +%s)
 jlpm install
 if ((prod)); then jlpm build:prod; else jlpm build; fi
-# install.json is mapped from the top level by pyproject; a copy here would be added twice.
+# install.json is mapped from the top level by pyproject; a stray copy here (an editable install
+# writing through the venv link below) would be added to the wheel twice.
 rm -f "$ROOT/kf_jupyter/labextension/install.json"
 echo "build-labextension: built $ROOT/kf_jupyter/labextension in $(( $(date +%s) - start )) s"
 if ((test)); then jlpm test; fi

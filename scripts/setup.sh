@@ -33,7 +33,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   "$VPY" -m pip install -q "torch==2.13.0"
   "$VPY" -m pip install -q -r requirements/dev.txt
   # The lab extension is built and linked by scripts/build-labextension.sh below, not by the hook.
+  # The editable install copies shared-data into the venv: drop our link first so it cannot write
+  # through it into kf_jupyter/labextension, and relink below.
+  link=.venv/share/jupyter/labextensions/kf-jupyter-labextension
+  if [ -L "$link" ]; then rm -f "$link"; fi
   HATCH_BUILD_NO_HOOKS=true "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
+  rm -f .venv/.kf-labext-stamp
   # The wheel ships this as jupyter-config; the editable install needs it said once.
   .venv/bin/jupyter server extension enable --sys-prefix kf_jupyter >/dev/null
   echo "$sum" >"$stamp"
