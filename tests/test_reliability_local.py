@@ -406,7 +406,8 @@ def tiny_fs(tmp_path: Path) -> Path:
 
 
 def _fill(path: Path) -> None:
-    with open(path, "wb") as fh:
+    """Write zeros to `path` until the filesystem is full (unbuffered: the last bytes too)."""
+    with open(path, "wb", buffering=0) as fh:
         try:
             while True:
                 fh.write(b"\0" * 65536)
@@ -444,7 +445,9 @@ def test_disk_full_while_writing_logs(tiny_fs, tmp_path, record_property):
         assert "LocalBackendConfig(state_dir=...)" in str(err.value)
         job = client.get_job(name)
         assert (job.status, job.reason) == ("Failed", "LogWriteFailed")
-        assert [e.reason for e in client.get_job_events(name)][-1] == "LogWriteFailed"
+        events = (job_dir / "events.jsonl").read_text().splitlines()
+        assert [json.loads(e)["reason"] for e in events][-1] == "LogWriteFailed"  # no half line
+        assert [e.reason for e in client.get_job_events(name)].count("Exited") == 2
         assert_no_leftovers(job_dir)
         checked += assert_ledger_kept(ledger_dir, job_dir, ranks=2, at_least=1)
         assert ledger_len(ledger_dir, 0) > 1000  # it did fill the disk
@@ -482,6 +485,36 @@ def test_disk_full_while_writing_logs(tiny_fs, tmp_path, record_property):
         processes_left=0,
         filesystem="tmpfs size=1m (mounted by the test, as root)",
     )
+
+
+@pytest.mark.reliability(
+    scenario="an event line appended to events.jsonl with less room left on the disk than "
+    "the line (a short write): no half line, ENOSPC reported",
+    area="local",
+    tries=RUNS,
+)
+def test_event_on_a_nearly_full_disk_is_all_or_nothing(tiny_fs, record_property):
+    """A half-written event would glue itself to the next one and both would be lost."""
+    from kf_jupyter.backends.local import supervisor as sv
+
+    for run in range(RUNS):
+        job_dir = tiny_fs / f"job-{run}"
+        job_dir.mkdir()
+        events = job_dir / "events.jsonl"
+        first = json.dumps(
+            {"time": 0, "type": "Normal", "reason": "Created", "message": "x" * 3900}
+        )
+        events.write_text(first + "\n")  # one 4 KiB page, ~100 bytes of it still free
+        _fill(tiny_fs / f"filler-{run}")
+        with pytest.raises(OSError) as err:
+            sv.append_event(str(job_dir), "Normal", "Exited", "y" * 300)
+        assert sv.is_disk_full(err.value)
+        assert events.read_text() == first + "\n"  # exactly as before: no half line
+        (tiny_fs / f"filler-{run}").unlink()
+        sv.append_event(str(job_dir), "Warning", "LogWriteFailed", "room again")
+        reasons = [json.loads(x)["reason"] for x in events.read_text().splitlines()]
+        assert reasons == ["Created", "LogWriteFailed"]
+    figures(record_property, runs=RUNS, half_lines=0)
 
 
 # ----------------------------------------------------------------------------- concurrency

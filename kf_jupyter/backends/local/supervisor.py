@@ -122,13 +122,23 @@ def finish_status(job_dir: str, status: str, reason: str, message: str) -> bool:
 
 
 def append_event(job_dir: str, type_: str, reason: str, message: str, obj: str = "") -> None:
-    """Append one event line to events.jsonl (one write of one line: atomic with O_APPEND)."""
+    """Append one event line to events.jsonl (one write of one line: atomic with O_APPEND).
+
+    A short write (a disk filling up) is undone and raised as ENOSPC: never a half line.
+    """
     line = json.dumps(
         {"time": time.time(), "type": type_, "reason": reason, "message": message, "object": obj}
     )
+    data = (line + "\n").encode("utf-8")
     fd = os.open(os.path.join(job_dir, "events.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        os.write(fd, (line + "\n").encode("utf-8"))
+        written = os.write(fd, data)
+        if written < len(data):
+            # A nearly full disk took part of the line: take it back (a half line would glue
+            # itself to the next event), then report the disk as full.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR) - written)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "events.jsonl")
     finally:
         os.close(fd)
 
