@@ -407,7 +407,10 @@ class Supervisor:
 
     def __init__(self, job_dir: str) -> None:
         self.job_dir = job_dir
-        self.spec = read_json(os.path.join(job_dir, "spawn.json"))
+        spawn = os.path.join(job_dir, "spawn.json")
+        self.spec = read_json(spawn)
+        # Read once: the command may hold pip index credentials, which no file should keep.
+        os.unlink(spawn)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.exits: dict[str, int] = {}
         self.cancel_signal: int | None = None
@@ -487,16 +490,18 @@ class Supervisor:
                     st.setdefault("processes", {}).setdefault(name, {})["exit_code"] = rc
 
                 self._update(change)
-        # Orphans re-parented to us (we are a subreaper): collect them once they exit.
-        ours = {p.pid for p in self.procs.values()}
-        ps = _psutil()
-        if ps is None:
-            return
-        with contextlib.suppress(Exception):
-            for child in ps.Process().children():
-                if child.pid not in ours and child.status() == ps.STATUS_ZOMBIE:
-                    with contextlib.suppress(ChildProcessError):
-                        os.waitpid(child.pid, os.WNOHANG)
+        # Orphans re-parented to us (we are a subreaper): collect them once they exit. Peek
+        # (WNOWAIT) so the exit of one of our own processes stays for Popen.poll().
+        ours = {p.pid for p in self.procs.values() if p.returncode is None}
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid in ours:
+                return
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, os.WNOHANG)
 
     def _start(self) -> None:
         logs = os.path.join(self.job_dir, "logs")
