@@ -132,8 +132,9 @@ def test_env_order_and_cwd(client, tmp_path, monkeypatch):
     assert os.getcwd() == str(work)
     # The secret's value is in none of the files the backend writes (only in what the job returned).
     jd = client.backend.jobs_dir / name
-    for f in ("job.json", "plan.json", "spawn.json", "status.json", "events.jsonl"):
+    for f in ("job.json", "plan.json", "status.json", "events.jsonl"):
         assert b"s3cr3t" not in (jd / f).read_bytes(), f
+    assert not (jd / "spawn.json").exists()  # read once by the supervisor, then removed
 
 
 def test_missing_secret_is_a_clear_error(client, monkeypatch):
