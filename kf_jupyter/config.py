@@ -108,6 +108,17 @@ def mask_secrets(text: str) -> str:
     return _URL_IN_TEXT.sub(repl, text)
 
 
+def mask_object(obj: Any) -> Any:
+    """A copy of a JSON-like object with URL credentials masked in every string."""
+    if isinstance(obj, str):
+        return mask_secrets(obj)
+    if isinstance(obj, dict):
+        return {k: mask_object(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [mask_object(v) for v in obj]
+    return obj
+
+
 @dataclass
 class RuntimeConfig:
     """Per-job environment: packages to install, pip index URLs and environment variables."""

@@ -60,16 +60,21 @@ def _continuation_lines(body: str) -> set[int]:
 
 def _indent(body: str) -> str:
     keep = _continuation_lines(body)
-    out = []
-    for i, line in enumerate(body.splitlines(keepends=True), start=1):
-        out.append(line if (i in keep or not line.strip()) else "    " + line)
-    text = "".join(out)
-    return text if text.endswith("\n") else text + "\n"
+    # Split on "\n" only: str.splitlines also breaks at \x1c-\x1e, \x85, \u2028..., which
+    # Python does not treat as line ends, and would indent the inside of a string literal.
+    lines = body.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    out = [
+        line if (i in keep or not line.strip()) else "    " + line
+        for i, line in enumerate(lines, start=1)
+    ]
+    return "\n".join(out) + "\n"
 
 
 def _syntax_message(exc: SyntaxError, body: str) -> str:
     cell_line = (exc.lineno or 2) - 1
-    lines = body.splitlines()
+    lines = body.split("\n")
     text = lines[cell_line - 1] if 0 < cell_line <= len(lines) else ""
     where = f"line {cell_line}" if cell_line >= 1 else "the cell"
     caret = ""

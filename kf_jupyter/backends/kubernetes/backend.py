@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from ...build import build_trainjob
-from ...config import RuntimeConfig, mask_secrets
+from ...config import RuntimeConfig, mask_object, mask_secrets
 from ...constants import (
     CLUSTER_RUNTIME_KIND,
     CLUSTER_RUNTIME_PLURAL,
@@ -399,7 +399,9 @@ class KubernetesBackend:
     ) -> dict[str, Any]:
         """The TrainJob `train` would create (runtime resolved on the cluster), creating nothing."""
         job = self._build(trainer, runtime, runtime_config, options)
-        return {"backend": self.name, "namespace": self.namespace, "trainjob": job}
+        # A preview is printed and shown: credentials in index URLs are masked (train() sends
+        # the real ones).
+        return mask_object({"backend": self.name, "namespace": self.namespace, "trainjob": job})
 
     def train(
         self,

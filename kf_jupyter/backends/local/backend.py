@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ...build import LaunchPlan, build_launch_plan, build_trainjob
-from ...config import RuntimeConfig, SecretRef, mask_secrets
+from ...config import RuntimeConfig, SecretRef, mask_object
 from ...errors import (
     BackendError,
     JobFailedError,
@@ -151,7 +151,8 @@ class LocalBackend:
     ) -> dict[str, Any]:
         """The manifest and the local launch plan train() would use; nothing is started."""
         manifest, plan, _, _ = self._prepare(trainer, runtime, runtime_config, options)
-        return {"backend": self.name, "trainjob": manifest, "plan": plan.to_dict()}
+        # A preview is printed and shown: credentials in index URLs are masked.
+        return mask_object({"backend": self.name, "trainjob": manifest, "plan": plan.to_dict()})
 
     @staticmethod
     def _check_secrets(plan: LaunchPlan) -> None:
@@ -296,10 +297,8 @@ class LocalBackend:
         fd = os.open(jd / "spawn.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(spawn, fh)
-        sv.atomic_write_json(str(jd / "job.json"), json.loads(mask_secrets(json.dumps(manifest))))
-        sv.atomic_write_json(
-            str(jd / "plan.json"), json.loads(mask_secrets(json.dumps(plan.to_dict())))
-        )
+        sv.atomic_write_json(str(jd / "job.json"), mask_object(manifest))
+        sv.atomic_write_json(str(jd / "plan.json"), mask_object(plan.to_dict()))
         now = time.time()
         sv.atomic_write_json(
             str(jd / "status.json"),
