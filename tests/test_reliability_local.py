@@ -44,6 +44,7 @@ RUNS = 3
 
 
 def numbered(ledger_dir, n=100_000, period=0.02, tag="line"):
+    """Rank body: print n numbered lines, each then appended to this rank's ledger."""
     import os
     import time
 
@@ -62,6 +63,7 @@ def numbered(ledger_dir, n=100_000, period=0.02, tag="line"):
 
 
 def fill_the_disk(ledger_dir):
+    """Rank body: rank 1 prints once and sleeps; rank 0 prints until the disk is full."""
     import os
     import time
 
@@ -489,6 +491,7 @@ def test_disk_full_while_writing_logs(tiny_fs, tmp_path, record_property):
 
 
 def fill_from_both_ranks(ledger_dir):
+    """Rank body (torchrun): every rank prints until the disk is full."""
     import os
 
     rank = int(os.environ["RANK"])
@@ -664,6 +667,7 @@ def test_twenty_jobs_from_four_processes(client, tmp_path, record_property):
 
 
 def wait_for_gate(gate):
+    """Rank body: say "up"; rank 1 returns once `gate` exists, the others sleep."""
     import os
     import time
 
