@@ -100,6 +100,28 @@ class KFHandler(APIHandler):
         """Run a blocking client call off the event loop."""
         return await self.kf.run(fn, *args, **kwargs)
 
+    async def answer(
+        self, method: str, *args: Any, render: Callable[[Any], Any], job: str | None = None
+    ) -> None:
+        """Call a client method off the event loop and send `render(result)` as JSON.
+
+        `job` (a `{name}` path segment) is validated before anything touches a backend or the
+        disk; any error becomes the contract's JSON error.
+        """
+        try:
+            if job is not None:
+                args = (_job_name(job), *args)
+            client = await self.client()
+            result = await self.call(getattr(client, method), *args)
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        if result is None:
+            self.set_status(204)
+            self.finish()
+        else:
+            self.finish(json.dumps(render(result)))
+
     def send_error_json(self, exc: BaseException) -> None:
         """Finish the request with the contract's JSON error (never a traceback)."""
         status = status_of(exc)
@@ -174,13 +196,7 @@ class JobsHandler(KFHandler):
     @authorized
     async def get(self) -> None:
         """List jobs."""
-        try:
-            client = await self.client()
-            jobs = await self.call(client.list_jobs)
-        except Exception as exc:
-            self.send_error_json(exc)
-            return
-        self.finish(json.dumps({"jobs": [j.to_dict() for j in jobs]}))
+        await self.answer("list_jobs", render=lambda jobs: {"jobs": [j.to_dict() for j in jobs]})
 
 
 class JobHandler(KFHandler):
@@ -190,28 +206,13 @@ class JobHandler(KFHandler):
     @authorized
     async def get(self, name: str) -> None:
         """One job."""
-        try:
-            name = _job_name(name)
-            client = await self.client()
-            job = await self.call(client.get_job, name)
-        except Exception as exc:
-            self.send_error_json(exc)
-            return
-        self.finish(json.dumps(job.to_dict()))
+        await self.answer("get_job", job=name, render=lambda job: job.to_dict())
 
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
-        """Delete the job (and stop its processes)."""
-        try:
-            name = _job_name(name)
-            client = await self.client()
-            await self.call(client.delete_job, name)
-        except Exception as exc:
-            self.send_error_json(exc)
-            return
-        self.set_status(204)
-        self.finish()
+        """Delete the job (and stop its processes); 204."""
+        await self.answer("delete_job", job=name, render=lambda _: None)
 
 
 class JobEventsHandler(KFHandler):
@@ -221,14 +222,11 @@ class JobEventsHandler(KFHandler):
     @authorized
     async def get(self, name: str) -> None:
         """The job's events."""
-        try:
-            name = _job_name(name)
-            client = await self.client()
-            events = await self.call(client.get_job_events, name)
-        except Exception as exc:
-            self.send_error_json(exc)
-            return
-        self.finish(json.dumps({"events": [e.to_dict() for e in events]}))
+        await self.answer(
+            "get_job_events",
+            job=name,
+            render=lambda events: {"events": [e.to_dict() for e in events]},
+        )
 
 
 class _LogPump:
