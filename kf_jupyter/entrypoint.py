@@ -142,5 +142,26 @@ def _kfj_main(argv):
     return 0
 
 
+def _kfj_exit(code):
+    """End the process as Python would, but without C++ static destructors.
+
+    Some extension modules abort in their destructors after the work is done (torch 2.13's CPU
+    build, seen here: "terminate called without an active exception" from a DDP rank at exit),
+    which would turn a finished job into a failed one. So: wait for non-daemon threads and run
+    the atexit handlers, as a normal exit does, then leave with os._exit.
+    """
+    import atexit
+    import threading
+
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(_kfj_main(sys.argv))
+    _kfj_exit(_kfj_main(sys.argv))
