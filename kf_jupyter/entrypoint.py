@@ -158,6 +158,11 @@ def _kfj_exit(code):
         if thread is not main and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()
+    # C-level exit hooks do not run under os._exit: mpi4py finalizes MPI in one, and mpirun
+    # counts a rank that exits without MPI_Finalize as an abnormal termination.
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
