@@ -75,6 +75,18 @@ REQUEST_TIMEOUT = (10, 120)  # connect, read (seconds) for ordinary requests
 POD_SELECTOR = f"{JOBSET_NAME_LABEL},{REPLICATED_JOB_LABEL} in ({','.join(STEP_NAMES)})"
 
 
+def _watch_args(rv: str, seconds: int) -> dict[str, Any]:
+    """The arguments of a list call that watches from `rv` for `seconds`, as raw JSON lines."""
+    return {
+        "watch": True,
+        "resource_version": rv,
+        "allow_watch_bookmarks": True,
+        "timeout_seconds": seconds,
+        "_preload_content": False,
+        "_request_timeout": (REQUEST_TIMEOUT[0], seconds + 30),
+    }
+
+
 def pod_selector(job: str) -> str:
     """The SDK's selector for one TrainJob's pods (facts doc)."""
     return f"{JOBSET_NAME_LABEL}={job},{REPLICATED_JOB_LABEL} in ({','.join(STEP_NAMES)})"
@@ -561,12 +573,7 @@ class KubernetesBackend:
                 self.namespace,
                 TRAINJOB_PLURAL,
                 field_selector=field,
-                watch=True,
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=seconds,
-                _preload_content=False,
-                _request_timeout=(REQUEST_TIMEOUT[0], seconds + 30),
+                **_watch_args(rv, seconds),
             )
 
         where = Where("watch", TRAINJOB_PLURAL, self.namespace, name)
@@ -589,12 +596,7 @@ class KubernetesBackend:
             return self.core.list_namespaced_pod(
                 self.namespace,
                 label_selector=selector,
-                watch=True,
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=seconds,
-                _preload_content=False,
-                _request_timeout=(REQUEST_TIMEOUT[0], seconds + 30),
+                **_watch_args(rv, seconds),
             )
 
         where = Where("watch", "pods", self.namespace)
