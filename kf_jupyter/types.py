@@ -26,6 +26,32 @@ class Step:
     device: str = "cpu"
 
 
+@dataclass(frozen=True)
+class TrainerStatus:
+    """The training's own progress report: `status.trainerStatus` of a TrainJob (KEP-2779).
+
+    Written by the training code (`kubeflow.trainer.update_trainjob_status`, Transformers'
+    Kubeflow callback, `kf_jupyter.report`) to the status endpoint, on a cluster or locally.
+    `metrics` maps a metric's name to its value as the trainer sent it (a string).
+    """
+
+    progress_percentage: int | None = None
+    estimated_remaining_seconds: int | None = None
+    metrics: dict[str, str] = field(default_factory=dict)
+    last_updated_time: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (ISO 8601 time)."""
+        return {
+            "progress_percentage": self.progress_percentage,
+            "estimated_remaining_seconds": self.estimated_remaining_seconds,
+            "metrics": dict(self.metrics),
+            "last_updated_time": (
+                self.last_updated_time.isoformat() if self.last_updated_time else None
+            ),
+        }
+
+
 @dataclass
 class TrainJob:
     """A job as a backend sees it."""
@@ -44,6 +70,7 @@ class TrainJob:
     namespace: str | None = None
     steps: list[Step] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    trainer_status: TrainerStatus | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (ISO 8601 times), as the server extension sends it."""
@@ -65,6 +92,7 @@ class TrainJob:
                 for s in self.steps
             ],
             "labels": dict(self.labels),
+            "trainer_status": self.trainer_status.to_dict() if self.trainer_status else None,
         }
 
 

@@ -23,6 +23,7 @@ from ...errors import (
     ValidationError,
     WaitTimeoutError,
 )
+from ...progress import parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
 from ...types import COMPLETE, FAILED, STATUSES, TERMINAL, TrainJob
@@ -129,6 +130,7 @@ class JobsMixin(RuntimesMixin):
             namespace=str(meta.get("namespace") or self.namespace),
             steps=[pod_step(p) for p in chosen or []],
             labels=dict(meta.get("labels") or {}),
+            trainer_status=parse_trainer_status((obj.get("status") or {}).get("trainerStatus")),
         )
 
     def _check_namespace(self) -> None:

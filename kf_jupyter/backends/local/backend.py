@@ -35,15 +35,28 @@ from ...errors import (
     ValidationError,
     WaitTimeoutError,
 )
+from ...progress import parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
-from ...types import COMPLETE, CREATED, FAILED, RUNNING, TERMINAL, Event, LogRecord, Step, TrainJob
+from ...types import (
+    COMPLETE,
+    CREATED,
+    FAILED,
+    RUNNING,
+    TERMINAL,
+    Event,
+    LogRecord,
+    Step,
+    TrainerStatus,
+    TrainJob,
+)
 from ..base import StatusCallback, resolve_runtime_arg, tag_records
 from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
 from .logs import iter_records
 from .runtimes import LOCAL_RUNTIMES
+from .status_endpoint import STATUS_FILE
 
 log = logging.getLogger("kf_jupyter.local")
 
@@ -401,7 +414,16 @@ class LocalBackend:
             creation_time=_time(st.get("created")),
             completion_time=_time(st.get("finished")),
             steps=steps,
+            trainer_status=self._trainer_status(st["name"]),
         )
+
+    def _trainer_status(self, name: str) -> TrainerStatus | None:
+        """What the job's ranks last posted to its status endpoint (status_endpoint.py)."""
+        try:
+            data = sv.read_json(str(self.job_dir(name) / STATUS_FILE))
+        except (OSError, ValueError):
+            return None
+        return parse_trainer_status(data.get("trainerStatus") if isinstance(data, dict) else None)
 
     def get_job(self, name: str) -> TrainJob:
         """The job as its status file says (Failed/SupervisorLost if its supervisor vanished)."""

@@ -402,6 +402,22 @@ def failure_message(job_dir: str, name: str, code: int, program: str | None = No
 # ----------------------------------------------------------------------------- the supervisor
 
 
+def _load_sibling(name: str) -> Any:
+    """A module of this folder, by path (the supervisor runs as `python -I supervisor.py`)."""
+    import importlib.util
+
+    if __package__:
+        import importlib
+
+        return importlib.import_module(f"{__package__}.{name}")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"kfj_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class Supervisor:
     """Starts the processes of spawn.json, watches them, and records what happens."""
 
@@ -421,6 +437,8 @@ class Supervisor:
         self.pending_changes: list[Callable[[dict[str, Any]], None]] = []
         self.pending_events: list[tuple[str, str, str, str]] = []
         self.broken = False  # the job folder is gone or unwritable: record nothing more
+        self.status_endpoint: Any = None
+        self.status_env: dict[str, str] = {}
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.cancel_signal = signum
@@ -511,6 +529,7 @@ class Supervisor:
                 with open(path, "w", encoding="utf-8") as fh:
                     fh.write(text)
             env = dict(os.environ)
+            env.update(self.status_env)
             env.update(item["env"])
             os.makedirs(env.get("KF_JUPYTER_WORKDIR", logs), exist_ok=True)
             with open(os.path.join(logs, f"{item['name']}.log"), "ab") as log:
@@ -540,6 +559,16 @@ class Supervisor:
 
             self._update(change)
             self._event("Normal", "Started", f"process {item['name']} pid {p.pid}", item["name"])
+
+    def _start_status_endpoint(self) -> None:
+        """The job's trainer status endpoint (status_endpoint.py); the job runs without one if
+        it cannot start."""
+        try:
+            mod = _load_sibling("status_endpoint")
+            self.status_endpoint = mod.StatusEndpoint(self.job_dir, str(self.spec.get("job", "")))
+            self.status_env = self.status_endpoint.env()
+        except Exception as exc:
+            self._event("Warning", "StatusEndpoint", f"no trainer status endpoint: {exc}")
 
     def _stop_all(self) -> None:
         groups = [p.pid for p in self.procs.values()]
@@ -602,6 +631,7 @@ class Supervisor:
     def _run(self, wake_r: int) -> int:
         ident = process_identity(os.getpid())
         self._update(lambda st: st.update(supervisor_pid=os.getpid(), supervisor_create_time=ident))
+        self._start_status_endpoint()
         try:
             self._start()
         except Exception as exc:
