@@ -29,6 +29,128 @@ def _kfj_report(step=None, progress=None, **metrics):
     record = {"step": step, "progress": progress, "metrics": metrics}
     line = _KFJ_REPORT + json.dumps(record, default=float, allow_nan=True)
     print(line, flush=True)
+    _kfj_status_report(step, progress, metrics)
+
+
+# -- trainerStatus: report() also posts to the Trainer's status endpoint (KEP-2779) -----------
+# When KUBEFLOW_TRAINER_SERVER_URL is set (a cluster with the TrainJobStatus gate, or any local
+# job), global rank 0 posts {"trainerStatus": ...} there, from a daemon thread, at most once per
+# 5 s (the latest report wins; the last one is sent at exit). Failures are ignored: progress
+# must never break training; the log line above stays the fallback.
+
+_KFJ_STATUS_INTERVAL = 5.0
+_KFJ_STATUS_STATE = {}
+
+
+def _kfj_status_body(step, progress, metrics, now, state):
+    """The trainerStatus of one report (ETA from the progress rate since the first report)."""
+    import datetime
+    import math
+
+    now_utc = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 (images with Python < 3.11)
+    status = {"lastUpdatedTime": now_utc.isoformat()}
+    if isinstance(progress, (int, float)) and math.isfinite(progress):
+        p = min(1.0, max(0.0, float(progress)))
+        status["progressPercentage"] = int(p * 100)
+        first = state.setdefault("first", (now, p))
+        if p > first[1] and now > first[0]:
+            remaining = (now - first[0]) * (1.0 - p) / (p - first[1])
+            status["estimatedRemainingSeconds"] = int(min(remaining, 2**31 - 1))
+        elif p >= 1.0:
+            status["estimatedRemainingSeconds"] = 0
+    items = [(str(k), v) for k, v in metrics.items()]
+    if step is not None:
+        items.append(("step", step))
+    # The TrainJob schema takes at most 256 metrics, names and values of 1 to 64 characters.
+    metrics = [{"name": k, "value": str(v)[:64]} for k, v in items if 0 < len(k) <= 64]
+    if metrics:
+        status["metrics"] = [m for m in metrics if m["value"]][:256]
+    return {"trainerStatus": status}
+
+
+def _kfj_status_post(body):
+    """POST one status; True on 200. Never raises."""
+    try:
+        import ssl
+        import urllib.request
+
+        url = os.environ.get("KUBEFLOW_TRAINER_SERVER_URL")
+        token_file = os.environ.get("KUBEFLOW_TRAINER_SERVER_TOKEN")
+        if not url or not token_file:
+            return False
+        with open(token_file, encoding="utf-8") as fh:  # re-read: the token rotates
+            token = fh.read().strip()
+        ca = os.environ.get("KUBEFLOW_TRAINER_SERVER_CA_CERT")
+        context = None
+        if url.startswith("https:"):
+            context = ssl.create_default_context(cafile=ca if ca and os.path.exists(ca) else None)
+        req = urllib.request.Request(
+            url,
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=5, context=context) as resp:
+            return resp.status == 200
+    except Exception:
+        return False
+
+
+def _kfj_status_loop(state):
+    import time
+
+    cond = state["cond"]
+    while True:
+        with cond:
+            while state.get("pending") is None:
+                cond.wait()
+            wait = state["last"] + _KFJ_STATUS_INTERVAL - time.monotonic()
+            if wait > 0:
+                cond.wait(wait)
+                continue
+            body, state["pending"] = state["pending"], None
+            state["last"] = time.monotonic()
+            state["busy"] = True
+        try:
+            _kfj_status_post(body)
+        finally:
+            with cond:
+                state["busy"] = False
+                cond.notify_all()
+
+
+def _kfj_status_flush(state):
+    """At exit: let a post under way finish, then send the report still waiting, if any."""
+    cond = state["cond"]
+    with cond:
+        cond.wait_for(lambda: not state.get("busy"), timeout=6)
+        body, state["pending"] = state.get("pending"), None
+    if body is not None:
+        _kfj_status_post(body)
+
+
+def _kfj_status_report(step, progress, metrics):
+    """Queue one report for the status endpoint (rank 0 only, when the endpoint exists)."""
+    try:
+        if not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") or _kfj_rank() != 0:
+            return
+        import atexit
+        import threading
+        import time
+
+        state = _KFJ_STATUS_STATE
+        if "cond" not in state:
+            state.update(cond=threading.Condition(), last=-_KFJ_STATUS_INTERVAL, pending=None)
+            threading.Thread(
+                target=_kfj_status_loop, args=(state,), name="kf-status", daemon=True
+            ).start()
+            atexit.register(_kfj_status_flush, state)
+        body = _kfj_status_body(step, progress, metrics, time.monotonic(), state)
+        with state["cond"]:
+            state["pending"] = body
+            state["cond"].notify()
+    except Exception:
+        pass
 
 
 def _kfj_install_report_shim():

@@ -1,4 +1,5 @@
-"""`kf_jupyter.report`: progress and metrics from training code, through the logs."""
+"""`kf_jupyter.report`: progress and metrics from training code, through the logs and the
+Trainer's status endpoint."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ def report(step: int | None = None, progress: float | None = None, **metrics: fl
     """Report a training step, progress in [0, 1], and named metrics (numbers).
 
     Prints one line `##kf-jupyter:report {...}` that the job monitor, the lab extension and
-    `kf_jupyter.parse_report` read. Works unchanged locally and on a cluster (where the job's
-    runner provides this function when kf-jupyter itself is not installed in the image).
+    `kf_jupyter.parse_report` read. Where the Trainer's status endpoint exists (every local job;
+    a cluster with the TrainJobStatus gate), global rank 0 also posts it there as the job's
+    `trainerStatus` (at most once per 5 s, never raising). Works unchanged locally and on a
+    cluster (where the job's runner provides this function when kf-jupyter is not installed).
     """
     values: dict[str, float] = {}
     for key, value in metrics.items():
@@ -24,6 +27,9 @@ def report(step: int | None = None, progress: float | None = None, **metrics: fl
             raise TypeError(f"report(): metric {key!r} must be a number, got {value!r}") from None
     record = {"step": step, "progress": progress, "metrics": values}
     print(REPORT_PREFIX + json.dumps(record, allow_nan=True), flush=True)
+    from .entrypoint import _kfj_status_report
+
+    _kfj_status_report(step, progress, values)
 
 
 def parse_report(line: str) -> dict[str, Any] | None:

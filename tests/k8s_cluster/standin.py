@@ -11,6 +11,13 @@ runs each pod's command as a local subprocess, reports pod phases and the TrainJ
 ``/containerLogs/NS/POD/CONTAINER`` (``follow``, ``tailLines``) over HTTPS as a kubelet would, so
 ``GET .../pods/NAME/log`` goes through the real API server.
 
+It also plays the Trainer's status server (TrainJobStatus gate on, facts doc "Progress"): every
+trainer container gets ``KUBEFLOW_TRAINER_SERVER_URL`` / ``_CA_CERT`` / ``_TOKEN``; a ``POST`` to
+``/apis/trainer.kubeflow.org/v1alpha1/namespaces/NS/trainjobs/NAME/status`` with that job's bearer
+token and ``{"trainerStatus": {...}}`` is written to the TrainJob's ``status.trainerStatus``
+through the status subresource (so the real API server validates it against the CRD schema);
+errors are ``metav1.Status`` JSON (403 token, 422 payload, 413 size, 404 path).
+
 The one deliberate deviation (there is no cluster DNS): in the *process* environment, command
 and args, the master host ``<job>-node-0-0.<job>`` becomes ``127.0.0.1`` and port 29500 becomes
 a free port per job (``/etc/mpi/hostfile`` becomes a local file, all slots on ``localhost``).
@@ -56,6 +63,10 @@ GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 NODE_NAME = "standin-node"
 MASTER_PORT = 29500
 PORT_ENV = {"PET_MASTER_PORT", "DMLC_TRACKER_PORT", "MASTER_PORT"}
+# The Trainer's status server, as the TrainJobStatus plugin names it in the pods' env (facts doc).
+STATUS_SERVICE = "https://kubeflow-trainer-controller-manager.kubeflow-system.svc:10443"
+STATUS_MOUNT = "/var/run/secrets/kubeflow/trainer"
+STATUS_MAX_BODY = 1 << 16
 T = TypeVar("T")
 
 
@@ -124,12 +135,16 @@ class StandIn:
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._watch_resp: Any = None
         self._bin_dir = str(Path(sys.prefix) / "bin")
+        self._status_httpd: http.server.ThreadingHTTPServer | None = None
+        self._status_tokens: dict[tuple[str, str], str] = {}  # (namespace, TrainJob) -> token
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> StandIn:
         self._httpd = _KubeletServer(self)
         self._spawn(self._httpd.serve_forever, "kubelet")
         self._register_node(self._httpd.server_address[1])
+        self._status_httpd = _StatusServer(self)
+        self._spawn(self._status_httpd.serve_forever, "status-server")
         self._spawn(self._watch_trainjobs, "trainjob-watch")
         return self
 
@@ -147,9 +162,10 @@ class StandIn:
         for job in jobs:
             if job.thread is not None:
                 job.thread.join(10)
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
+        for httpd in (self._httpd, self._status_httpd):
+            if httpd is not None:
+                httpd.shutdown()
+                httpd.server_close()
         for t in self._threads:
             t.join(2)
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -290,6 +306,8 @@ class StandIn:
         with self._lock:
             job = self._jobs.pop(uid, None)
         if job is not None:
+            with self._lock:
+                self._status_tokens.pop((job.namespace, job.name), None)
             job.cancelled.set()
             self._kill(job)
             for pod in job.pods:
@@ -376,8 +394,24 @@ class StandIn:
         port = free_port()
         hostfile = cwd / "launcher-0" / "hostfile"
 
+        status_dir = cwd / "kubeflow-trainer"  # stands in for the projected token volume
+        status_port = self._status_httpd.server_address[1] if self._status_httpd else 0
+        token = base64.urlsafe_b64encode(os.urandom(24)).decode()
+        status_dir.mkdir(parents=True, exist_ok=True)
+        (status_dir / "token").write_text(token)
+        shutil.copyfile(self._api.configuration.ssl_ca_cert, status_dir / "ca.crt")
+        with self._lock:
+            self._status_tokens[(ns, name)] = token
+        status_env = [
+            ("KUBEFLOW_TRAINER_SERVER_URL", f"{STATUS_SERVICE}{_status_path(ns, name)}"),
+            ("KUBEFLOW_TRAINER_SERVER_CA_CERT", f"{STATUS_MOUNT}/ca.crt"),
+            ("KUBEFLOW_TRAINER_SERVER_TOKEN", f"{STATUS_MOUNT}/token"),
+        ]
+
         def localize(s: str) -> str:
             s = s.replace(f"{master}:{MASTER_PORT}", f"127.0.0.1:{port}")
+            s = s.replace(STATUS_SERVICE, f"https://127.0.0.1:{status_port}")
+            s = s.replace(STATUS_MOUNT, str(status_dir))
             return s.replace(master, "127.0.0.1").replace("/etc/mpi/hostfile", str(hostfile))
 
         # What EnforceMLPolicy injects (facts doc), per node index.
@@ -447,6 +481,8 @@ class StandIn:
             if is_trainer:
                 env.update({e["name"]: e for e in trainer.get("env", [])})
             env.update({k: {"name": k, "value": v} for k, v in extra_env})
+            if is_trainer:  # the TrainJobStatus plugin: trainer containers only
+                env.update({k: {"name": k, "value": v} for k, v in status_env})
             image = (trainer.get("image") if is_trainer else None) or ctr.get("image", "none")
             command = list(
                 (trainer.get("command") if is_trainer else None) or ctr.get("command", [])
@@ -929,3 +965,152 @@ class _KubeletHandler(http.server.BaseHTTPRequestHandler):
                         time.sleep(0.05)
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             pass
+
+
+# -- the Trainer's status server (facts doc "Progress") ---------------------------------------
+
+
+def _status_path(namespace: str, name: str) -> str:
+    return f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+
+_STATUS_PATH = re.compile(
+    r"/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs/([^/]+)/status"
+)
+
+
+class _PayloadError(ValueError):
+    pass
+
+
+def _decode_trainer_status(body: bytes) -> dict[str, Any] | None:
+    """The request's trainerStatus as the Trainer's Go types would decode it (None: absent)."""
+    import json
+
+    try:
+        req = json.loads(body)
+    except ValueError:
+        raise _PayloadError("Invalid payload") from None
+    if not isinstance(req, dict):
+        raise _PayloadError("Invalid payload")
+    ts = req.get("trainerStatus")
+    if ts is None:
+        return None
+    if not isinstance(ts, dict):
+        raise _PayloadError("Invalid payload")
+    for key in ("progressPercentage", "estimatedRemainingSeconds"):
+        v = ts.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or abs(v) >= 2**31):
+            raise _PayloadError("Invalid payload")  # not an int32
+    metrics = ts.get("metrics")
+    if metrics is not None and not (
+        isinstance(metrics, list)
+        and all(
+            isinstance(m, dict) and all(isinstance(m.get(k, ""), str) for k in ("name", "value"))
+            for m in metrics
+        )
+    ):
+        raise _PayloadError("Invalid payload")
+    when = ts.get("lastUpdatedTime")
+    if when is not None:
+        if not isinstance(when, str):
+            raise _PayloadError("Invalid payload")
+        try:
+            dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+        except ValueError:
+            raise _PayloadError("Invalid payload") from None
+    # The CRD's CEL rule (has(self.lastUpdatedTime)); the v1.20 API server here ignores CEL.
+    if not when:
+        raise _PayloadError("lastUpdatedTime is required when trainerStatus is present")
+    return {
+        "progressPercentage": ts.get("progressPercentage"),
+        "estimatedRemainingSeconds": ts.get("estimatedRemainingSeconds"),
+        "metrics": [{"name": m.get("name", ""), "value": m.get("value", "")} for m in metrics]
+        if metrics
+        else None,
+        "lastUpdatedTime": when,
+    }
+
+
+class _StatusServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, standin: StandIn) -> None:
+        super().__init__(("127.0.0.1", 0), _StatusHandler)
+        self.standin = standin
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*standin._cert)
+        self.socket = ctx.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+
+
+class _StatusHandler(http.server.BaseHTTPRequestHandler):
+    server: _StatusServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("status server: " + format, *args)
+
+    def _json(self, code: int, body: Any) -> None:
+        import json
+
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, code: int, reason: str, message: str) -> None:
+        self._json(
+            code,
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+             "message": message, "reason": reason, "code": code},
+        )  # fmt: skip
+
+    def do_GET(self) -> None:
+        self._status(404, "NotFound", "Not found")
+
+    def do_POST(self) -> None:
+        m = _STATUS_PATH.fullmatch(urllib.parse.urlsplit(self.path).path)
+        if m is None:
+            return self._status(404, "NotFound", "Not found")
+        ns, name = m[1], m[2]
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > STATUS_MAX_BODY:
+            return self._status(413, "RequestEntityTooLarge", "Payload too large")
+        standin = self.server.standin
+        with standin._lock:
+            token = standin._status_tokens.get((ns, name))
+        auth = self.headers.get("Authorization") or ""
+        if token is None or auth != f"Bearer {token}":
+            return self._status(403, "Forbidden", "Forbidden")
+        body = self.rfile.read(length)
+        try:
+            ts = _decode_trainer_status(body)
+        except _PayloadError as e:
+            return self._status(422, "Invalid", str(e))
+        if ts is not None:
+            try:
+                # merge patch with nulls for the absent fields: the whole trainerStatus is
+                # replaced, as the Trainer's server-side apply does
+                standin.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, ns, "trainjobs", name, {"status": {"trainerStatus": ts}}
+                )
+            except ApiException as e:
+                if e.status == 404:
+                    return self._status(404, "NotFound", "Train job not found")
+                if e.status in (400, 422):
+                    return self._status(422, "Invalid", _api_message(e))
+                return self._status(500, "InternalError", "Internal error")
+        import json
+
+        echo = json.loads(body)
+        self._json(200, {"trainerStatus": echo.get("trainerStatus")})
+
+
+def _api_message(e: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(e.body).get("message") or "Validation failed")
+    except (TypeError, ValueError):
+        return "Validation failed"

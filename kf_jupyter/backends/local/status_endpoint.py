@@ -37,6 +37,7 @@ from typing import Any
 NAMESPACE = "local"
 MAX_BODY = 1 << 16  # the Trainer's status server limit (64 KiB)
 MAX_METRICS = 256  # the CRD's maxItems
+MAX_METRIC_TEXT = 64  # the CRD's maxLength of a metric's name and value
 STATUS_FILE = "trainer-status.json"
 SERVER_URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_CERT_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -90,6 +91,12 @@ def validate(payload: Any) -> dict[str, Any]:
                 and isinstance(m.get("value"), str)
             ):
                 raise Invalid("trainerStatus.metrics[]: name and value must be strings")
+            for key in ("name", "value"):
+                if not 1 <= len(m[key]) <= MAX_METRIC_TEXT:
+                    raise Invalid(
+                        f"trainerStatus.metrics[].{key}: must be 1 to {MAX_METRIC_TEXT} "
+                        f"characters, got {m[key]!r}"
+                    )
             clean.append({"name": m["name"], "value": m["value"]})
         if clean:
             out["metrics"] = clean

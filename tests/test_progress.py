@@ -1,0 +1,233 @@
+"""Progress (`trainerStatus`, KEP-2779) on the local backend: the job's status endpoint, the
+official SDK's `update_trainjob_status`, `kf_jupyter.report` and the runner's shim.
+
+The endpoint is checked against what the Trainer's status server does (pkg/statusserver): the
+same path, bearer token, payload and `metav1.Status` errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kf_jupyter import JAXTrainer
+from kf_jupyter.backends.local.status_endpoint import StatusEndpoint
+from kf_jupyter.progress import eta_text, parse_trainer_status, progress_text
+
+from .test_local_support import client_fixture  # noqa: F401  (the `client` fixture)
+
+REPO = Path(__file__).resolve().parent.parent
+NOW = "2026-12-01T10:00:00+00:00"
+
+
+@pytest.fixture
+def endpoint(tmp_path: Path) -> Any:
+    ep = StatusEndpoint(str(tmp_path), "job-x")
+    yield ep
+    ep.close()
+
+
+def post(ep: Any, body: Any, token: str | None = "", path: str | None = None) -> tuple[int, Any]:
+    """POST to the endpoint as a client would (token '' = the job's own)."""
+    url = ep.url if path is None else ep.url.split("/apis/")[0] + path
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token or ep.token}"
+    ctx = ssl.create_default_context(cafile=ep.ca_cert) if ep.ca_cert else None
+    req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def stored(ep: Any) -> Any:
+    path = Path(ep.job_dir) / "trainer-status.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_the_endpoint_looks_like_the_trainers(endpoint: Any) -> None:
+    env = endpoint.env()
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"].startswith("https://127.0.0.1:")
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"].endswith(
+        "/apis/trainer.kubeflow.org/v1alpha1/namespaces/local/trainjobs/job-x/status"
+    )
+    assert Path(env["KUBEFLOW_TRAINER_SERVER_TOKEN"]).read_text() == endpoint.token
+    assert os.stat(env["KUBEFLOW_TRAINER_SERVER_TOKEN"]).st_mode & 0o077 == 0  # owner only
+    assert "BEGIN CERTIFICATE" in Path(env["KUBEFLOW_TRAINER_SERVER_CA_CERT"]).read_text()
+    body = {
+        "trainerStatus": {
+            "progressPercentage": 45,
+            "estimatedRemainingSeconds": 120,
+            "metrics": [{"name": "loss", "value": "0.15"}],
+            "lastUpdatedTime": NOW,
+        }
+    }
+    code, answer = post(endpoint, body)
+    assert (code, answer) == (200, body)  # 200 with the parsed payload
+    ts = parse_trainer_status(stored(endpoint)["trainerStatus"])
+    assert ts is not None and ts.progress_percentage == 45 and ts.metrics == {"loss": "0.15"}
+    assert progress_text(ts) == "45% · ETA 2m 00s"
+    # A later status replaces the whole of it (the Trainer applies it with force ownership).
+    code, _ = post(endpoint, {"trainerStatus": {"progressPercentage": 50, "lastUpdatedTime": NOW}})
+    assert code == 200
+    assert stored(endpoint) == {"trainerStatus": {"progressPercentage": 50, "lastUpdatedTime": NOW}}
+
+
+@pytest.mark.parametrize(
+    ("token", "body", "code", "reason"),
+    [
+        (None, {"trainerStatus": {"lastUpdatedTime": NOW}}, 403, "Forbidden"),
+        ("not-the-token", {"trainerStatus": {"lastUpdatedTime": NOW}}, 403, "Forbidden"),
+        ("", b"{not json", 422, "Invalid"),
+        ("", [1, 2], 422, "Invalid"),
+        ("", {"trainerStatus": {"progressPercentage": 150, "lastUpdatedTime": NOW}}, 422, "Invalid"),
+        ("", {"trainerStatus": {"progressPercentage": "45", "lastUpdatedTime": NOW}}, 422, "Invalid"),
+        ("", {"trainerStatus": {"progressPercentage": 45}}, 422, "Invalid"),
+        ("", {"trainerStatus": {"lastUpdatedTime": "yesterday"}}, 422, "Invalid"),
+        (
+            "",
+            {"trainerStatus": {"metrics": [{"name": "x" * 65, "value": "1"}], "lastUpdatedTime": NOW}},
+            422,
+            "Invalid",
+        ),
+        ("", {"trainerStatus": {"metrics": [{"name": "loss", "value": 0.1}], "lastUpdatedTime": NOW}}, 422, "Invalid"),
+        ("", b"{" + b" " * 70000 + b"}", 413, "RequestEntityTooLarge"),
+    ],
+    ids=[
+        "no-token", "wrong-token", "not-json", "not-an-object", "progress-over-100",
+        "progress-a-string", "no-lastUpdatedTime", "bad-time", "long-metric-name",
+        "metric-value-not-a-string", "too-large",
+    ],
+)  # fmt: skip
+def test_unauthenticated_or_malformed_posts_are_refused(
+    endpoint: Any, token: str | None, body: Any, code: int, reason: str
+) -> None:
+    got, answer = post(endpoint, body, token=token)
+    assert got == code
+    assert answer["kind"] == "Status" and answer["status"] == "Failure"
+    assert answer["reason"] == reason and answer["code"] == code and answer["message"]
+    assert stored(endpoint) is None  # nothing was recorded
+
+
+def test_other_paths_and_methods_and_an_empty_update(endpoint: Any) -> None:
+    other = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/local/trainjobs/other-job/status"
+    assert post(endpoint, {"trainerStatus": {"lastUpdatedTime": NOW}}, path=other)[0] == 404
+    ctx = ssl.create_default_context(cafile=endpoint.ca_cert)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(endpoint.url, timeout=10, context=ctx)
+    assert err.value.code == 405
+    # No trainerStatus: 200, and nothing changes (as the Trainer's server does).
+    assert post(endpoint, {}) == (200, {"trainerStatus": None})
+    assert stored(endpoint) is None
+
+
+def test_the_official_sdk_call_posts_to_it_unchanged(endpoint: Any, monkeypatch: Any) -> None:
+    from kubeflow.trainer import update_trainjob_status
+    from kubeflow.trainer.backends.kubernetes import utils as sdk_utils
+
+    for key, value in endpoint.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(sdk_utils, "_last_update_time", 0.0)  # its 5 s throttle, per process
+    monkeypatch.setattr(sdk_utils, "_cached_token", None)
+    assert update_trainjob_status(
+        progress_percent=30, estimated_remaining_seconds=9, metrics={"acc": 0.5}
+    )
+    ts = parse_trainer_status(stored(endpoint)["trainerStatus"])
+    assert ts is not None
+    assert (ts.progress_percentage, ts.estimated_remaining_seconds) == (30, 9)
+    assert ts.metrics == {"acc": "0.5"} and ts.last_updated_time is not None
+
+
+def test_eta_text() -> None:
+    assert [eta_text(s) for s in (None, 5, 65, 3600 * 2 + 600)] == ["", "5s", "1m 05s", "2h 10m"]
+
+
+# -- real local jobs --------------------------------------------------------------------------
+
+
+def sdk_progress():
+    from kubeflow.trainer import update_trainjob_status
+
+    return update_trainjob_status(
+        progress_percent=42, estimated_remaining_seconds=30, metrics={"loss": 0.25}
+    )
+
+
+def report_progress():
+    import os
+
+    import kf_jupyter
+
+    rank = int(os.environ["JAX_PROCESS_ID"])
+    kf_jupyter.report(step=1, progress=0.25, loss=2.0 + rank)
+    # At once again: throttled (one post per 5 s), so this one waits and is sent at exit.
+    kf_jupyter.report(step=4, progress=1.0, loss=0.5 + rank)
+    return rank
+
+
+def test_a_local_job_reports_with_the_official_sdk(client: Any) -> None:
+    name = client.train(JAXTrainer(func=sdk_progress, num_nodes=1, initialize_distributed=False))
+    job = client.wait_for_job_status(name, timeout=120)
+    assert client.get_job_result(name) is True  # update_trainjob_status said it was sent
+    ts = job.trainer_status
+    assert ts is not None, "\n".join(client.get_job_logs(name))
+    assert (ts.progress_percentage, ts.estimated_remaining_seconds) == (42, 30)
+    assert ts.metrics == {"loss": "0.25"}
+    assert client.get_job(name).to_dict()["trainer_status"]["progress_percentage"] == 42
+    # what the token file of the job is: owner-only, in the job's folder
+    token = client.backend.jobs_dir / name / "trainer" / "token"
+    assert token.stat().st_mode & 0o077 == 0
+
+
+def test_report_posts_from_rank_zero_and_sends_the_last_one_at_exit(client: Any) -> None:
+    name = client.train(JAXTrainer(func=report_progress, num_nodes=2, initialize_distributed=False))
+    job = client.wait_for_job_status(name, timeout=120)
+    ts = job.trainer_status
+    assert ts is not None, "\n".join(client.get_job_logs(name))
+    assert ts.progress_percentage == 100 and ts.estimated_remaining_seconds == 0
+    assert ts.metrics == {"loss": "0.5", "step": "4"}  # rank 0's (rank 1 does not post)
+    # the log markers stay, from every rank
+    lines = list(client.get_job_logs(name))
+    assert sum("##kf-jupyter:report " in ln for ln in lines) == 4
+
+
+def test_the_runner_shim_posts_without_kf_jupyter(endpoint: Any, tmp_path: Path) -> None:
+    """In an image without kf-jupyter, the runner's own report() posts the same way."""
+    func = tmp_path / "func.py"
+    func.write_text(
+        "def train():\n"
+        "    import sys, kf_jupyter\n"
+        "    assert 'shim' in (kf_jupyter.__doc__ or ''), kf_jupyter\n"
+        "    kf_jupyter.report(step=7, progress=0.5, loss=1.5)\n"
+        "    return 1\n"
+    )
+    args = tmp_path / "args.json"
+    args.write_text("{}")
+    runner = tmp_path / "kf_entry.py"
+    runner.write_text((REPO / "kf_jupyter" / "entrypoint.py").read_text())
+    env = {"PATH": os.environ["PATH"], **endpoint.env()}
+    # -I -S: no site-packages, so kf_jupyter cannot be imported and the shim is used
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(runner), str(func), "train", str(args), "none"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "##kf-jupyter:report " in proc.stdout
+    ts = parse_trainer_status(stored(endpoint)["trainerStatus"])
+    assert ts is not None and ts.progress_percentage == 50
+    assert ts.metrics == {"loss": "1.5", "step": "7"}
