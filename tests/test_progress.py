@@ -231,3 +231,68 @@ def test_the_runner_shim_posts_without_kf_jupyter(endpoint: Any, tmp_path: Path)
     ts = parse_trainer_status(stored(endpoint)["trainerStatus"])
     assert ts is not None and ts.progress_percentage == 50
     assert ts.metrics == {"loss": "1.5", "step": "7"}
+
+
+def transformers_training(output_dir):
+    """A Transformers Trainer on a tiny BERT built from a config (no download), CPU."""
+    import os
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
+    model = BertForSequenceClassification(config)
+    data = [
+        {
+            "input_ids": torch.randint(1, 64, (8,)),
+            "attention_mask": torch.ones(8, dtype=torch.long),
+            "labels": torch.tensor(i % 2),
+        }
+        for i in range(32)
+    ]
+    args = TrainingArguments(
+        output_dir=output_dir,
+        max_steps=12,
+        per_device_train_batch_size=4,
+        logging_steps=2,
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    assert any(type(cb).__name__ == "KubeflowCallback" for cb in trainer.callback_handler.callbacks)
+    return trainer.train().training_loss
+
+
+@pytest.mark.slow
+def test_a_transformers_trainer_reports_loss_and_progress_locally(
+    client: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    from kf_jupyter import TorchTrainer
+
+    trainer = TorchTrainer(
+        func=transformers_training,
+        func_args={"output_dir": str(tmp_path / "out")},
+        num_nodes=1,
+        num_proc_per_node=1,
+    )
+    name = client.train(trainer)
+    job = client.wait_for_job_status(name, timeout=600)
+    loss = client.get_job_result(name)
+    ts = job.trainer_status
+    assert ts is not None, "\n".join(client.get_job_logs(name))
+    assert ts.progress_percentage == 100 and ts.estimated_remaining_seconds == 0
+    assert float(ts.metrics["loss"]) > 0 and float(ts.metrics["train_loss"]) == pytest.approx(
+        loss, rel=1e-3
+    )
