@@ -296,3 +296,47 @@ def test_a_transformers_trainer_reports_loss_and_progress_locally(
     assert float(ts.metrics["loss"]) > 0 and float(ts.metrics["train_loss"]) == pytest.approx(
         loss, rel=1e-3
     )
+
+
+# -- how the views show it ---------------------------------------------------------------------
+
+
+def _status(pct: int, eta: int, second: int, **metrics: str) -> Any:
+    from datetime import UTC, datetime
+
+    from kf_jupyter.types import TrainerStatus
+
+    when = datetime(2026, 12, 1, 10, 0, second, tzinfo=UTC)
+    return TrainerStatus(pct, eta, dict(metrics), when)
+
+
+def test_the_monitor_state_takes_progress_eta_and_metric_points_from_trainer_status() -> None:
+    from kf_jupyter.widgets.state import LogState
+
+    state = LogState()
+    state.apply_trainer_status(_status(20, 80, 1, loss="2.0", current_step="2", total_steps="10"))
+    state.apply_trainer_status(_status(20, 80, 1, loss="2.0", current_step="2"))  # same: no point
+    state.apply_trainer_status(_status(40, 60, 6, loss="1.5", current_step="4", note="warm-up"))
+    assert state.progress == 0.4 and state.eta_seconds == 60
+    assert state.metrics == {"loss": [(2.0, 2.0), (4.0, 1.5)]}  # numbers only, over steps
+    assert "data-metric='loss'" in state.chart_svg()
+    # report() markers win for what they carry (they are not throttled)
+    state.add(
+        "rank-0", '##kf-jupyter:report {"step": 5, "progress": 0.5, "metrics": {"loss": 1.0}}'
+    )
+    state.apply_trainer_status(_status(45, 50, 11, loss="1.2", current_step="5"))
+    assert state.progress == 0.5 and state.eta_seconds == 50
+    assert state.metrics["loss"][-1] == (5.0, 1.0)
+
+
+def test_kf_jobs_rows_show_progress_and_eta() -> None:
+    from kf_jupyter.magics.render import JOB_HEADERS, job_rows
+    from kf_jupyter.types import TrainJob
+
+    jobs = [
+        TrainJob("a", "Running", "local", trainer_status=_status(45, 185, 1)),
+        TrainJob("b", "Running", "local"),
+    ]
+    rows = job_rows(jobs)
+    col = JOB_HEADERS.index("progress")
+    assert [r[col] for r in rows] == ["45% · ETA 3m 05s", "-"]

@@ -73,17 +73,22 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], raw_cols: 
     )
 
 
-JOB_HEADERS = ("name", "framework", "backend", "status", "nodes", "age")
+JOB_HEADERS = ("name", "framework", "backend", "status", "progress", "nodes", "age")
 
 
 def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
-    """Rows of the jobs table (name, framework, backend, status, nodes, age)."""
+    """Rows of the jobs table (name, framework, backend, status, progress, nodes, age)."""
+    from ..progress import progress_text
+
     rows = []
     for j in sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC)):
         nodes = str(j.num_nodes)
         if j.num_proc_per_node:
             nodes += f"x{j.num_proc_per_node}"
-        rows.append([j.name, j.framework or "-", j.backend, j.status, nodes, age(j.creation_time)])
+        progress = progress_text(getattr(j, "trainer_status", None)) or "-"
+        rows.append(
+            [j.name, j.framework or "-", j.backend, j.status, progress, nodes, age(j.creation_time)]
+        )
     return rows
 
 

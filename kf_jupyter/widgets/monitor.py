@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from ..progress import eta_text
 from ..types import COMPLETE, FAILED, LogRecord, TrainJob
 from .state import LogState
 
@@ -228,6 +229,8 @@ class JobMonitor:
             if done.tzinfo is None:
                 done = done.replace(tzinfo=UTC)
             self.ended = done.timestamp()
+        with self._lock:
+            self.state.apply_trainer_status(getattr(job, "trainer_status", None))
         if self.status not in ("Cancelled", "Detached"):
             self.status = job.status
             if job.status in (COMPLETE, FAILED) and self.ended is None:
@@ -254,6 +257,7 @@ class JobMonitor:
             dirty = self.state.stats_dirty
             self.state.stats_dirty = False
             progress = self.state.progress
+            eta = eta_text(self.state.eta_seconds)
             chart = self.state.chart_svg() if dirty and self.state.metrics else None
         header = self._header_html()
         if header != self.header.value:
@@ -261,7 +265,7 @@ class JobMonitor:
         if dirty and progress is not None:
             with self.progress.hold_sync():
                 self.progress.value = progress
-                self.progress.description = f"{progress:.0%}"
+                self.progress.description = f"{progress:.0%}" + (f" · ETA {eta}" if eta else "")
                 self.progress.layout.display = ""
         if chart is not None:
             self.chart.value = chart

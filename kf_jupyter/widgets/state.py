@@ -43,6 +43,10 @@ class LogState:
         self._stride: dict[str, int] = {}
         self._seen: dict[str, int] = {}
         self.max_points = max(4, max_points)
+        self.eta_seconds: int | None = None
+        self._marker_metrics: set[str] = set()
+        self._marker_progress = False
+        self._trainer_status_time: Any = None
         self.result_line: str | None = None
         self.last_error_source: str | None = None
         self.log_dirty = False
@@ -84,10 +88,38 @@ class LogState:
         prog = rec.get("progress")
         if isinstance(prog, int | float):
             self.progress = min(1.0, max(0.0, float(prog)))
+            self._marker_progress = True
         step = rec.get("step")
         if isinstance(step, int | float):
             self.step = int(step)
-        for name, value in rec["metrics"].items():
+        self._marker_metrics.update(rec["metrics"])
+        self._add_points(step, rec["metrics"])
+
+    def apply_trainer_status(self, status: Any) -> None:
+        """Take a job's `trainer_status` (KEP-2779; posted by the SDK, Transformers, report()).
+
+        The ETA always comes from it; progress and metric points only where no log marker
+        gave them (markers are sent for every report, the status at most once per 5 s), one
+        point per new `last_updated_time`.
+        """
+        if status is None or status.last_updated_time == self._trainer_status_time:
+            return
+        self._trainer_status_time = status.last_updated_time
+        from ..progress import numeric_metrics
+
+        if status.progress_percentage is not None and not self._marker_progress:
+            self.progress = min(1.0, max(0.0, status.progress_percentage / 100))
+        self.eta_seconds = status.estimated_remaining_seconds
+        metrics = numeric_metrics(status)
+        step = metrics.pop("current_step", metrics.pop("step", None))
+        metrics.pop("total_steps", None)  # Transformers' callback: a constant, not a curve
+        fresh = {k: v for k, v in metrics.items() if k not in self._marker_metrics}
+        if fresh:
+            self._add_points(step, fresh)
+        self.stats_dirty = True
+
+    def _add_points(self, step: Any, metrics: dict[str, float]) -> None:
+        for name, value in metrics.items():
             n = self._seen.get(name, 0)
             self._seen[name] = n + 1
             stride = self._stride.get(name, 1)

@@ -237,6 +237,9 @@ class StatusEndpoint:
                 req._refuse(411, "BadRequest", "Content-Length required")
                 return
             if length > MAX_BODY:
+                if length <= 16 * MAX_BODY:  # read it, so the client sees the answer
+                    req.rfile.read(length)
+                req.close_connection = True
                 req._refuse(413, "RequestEntityTooLarge", "Payload too large")
                 return
             raw = req.rfile.read(length)
