@@ -14,6 +14,7 @@ import { trainerIcon } from './icon';
 import { formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
 import { ILogRecord, sortSources } from './logparse';
 import { MetricSeries, parseReport } from './metrics';
+import { progressText, TrainerStatusFeed } from './progress';
 import { Poller } from './poller';
 import { RingBuffer } from './ringbuffer';
 import { messageOf } from './sidebar';
@@ -221,6 +222,13 @@ export class JobPanel extends Widget {
     if (job.steps?.length) {
       rows.push(['Steps', job.steps.map(s => `${s.name}: ${s.status}`).join(', ')]);
     }
+    const progress = progressText(job.trainer_status);
+    if (progress) {
+      rows.push(['Progress', progress]);
+    }
+    if (this._feed.add(job.trainer_status)) {
+      this._chart.render(this._metrics);
+    }
     this._summary.textContent = '';
     for (const [k, v] of rows) {
       this._summary.append(h('dt', {}, k), h('dd', {}, v));
@@ -313,6 +321,7 @@ export class JobPanel extends Widget {
     this._pending = [];
     this._sources.clear();
     this._metrics.clear();
+    this._feed.clear();
     this._log.textContent = '';
     this._chart.render(this._metrics);
   }
@@ -420,6 +429,7 @@ export class JobPanel extends Widget {
   private _flushHandle = 0;
   private _sources = new Set<string>();
   private _metrics = new MetricSeries();
+  private _feed = new TrainerStatusFeed(this._metrics);
   private _statusPoller: Poller;
   private _abort: AbortController | null = null;
   private _started = false;

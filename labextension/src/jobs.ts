@@ -3,6 +3,8 @@
  * filtering, sorting, grouping, age formatting.
  */
 
+import type { ITrainerStatus } from './progress';
+
 export type JobStatus = 'Created' | 'Running' | 'Complete' | 'Failed';
 export const JOB_STATUSES: JobStatus[] = ['Created', 'Running', 'Complete', 'Failed'];
 
@@ -25,6 +27,8 @@ export interface IJob {
   creation_time?: string | null;
   completion_time?: string | null;
   steps?: IStep[];
+  /** The training's own progress report (status.trainerStatus), if any. */
+  trainer_status?: ITrainerStatus | null;
 }
 
 export interface IRuntime {

@@ -23,6 +23,7 @@ import {
   statusKey
 } from './jobs';
 import { Poller } from './poller';
+import { progressText } from './progress';
 
 export interface IOpenJobArgs extends api.ITarget {
   name: string;
@@ -319,7 +320,8 @@ export class TrainerSidebar extends Widget {
     const framework = h('span', { className: 'kf-job-framework', title: 'framework' });
     const nodes = h('span', { className: 'kf-job-nodes', title: 'nodes × processes per node' });
     const age = h('span', { className: 'kf-job-age' });
-    const meta = h('div', { className: 'kf-job-meta' }, framework, nodes, age);
+    const progress = h('span', { className: 'kf-job-progress', title: 'progress reported by the training' });
+    const meta = h('div', { className: 'kf-job-meta' }, framework, nodes, progress, age);
     const del = h('button', {
       className: 'kf-icon-button kf-job-delete jp-Button jp-mod-minimal',
       type: 'button',
@@ -328,7 +330,7 @@ export class TrainerSidebar extends Widget {
     }, '\u2715');
     del.addEventListener('click', () => void this._confirmDelete(job.name));
     const el = h('li', { className: 'kf-job' }, open, badge, del, meta);
-    return { el, badge, framework, nodes, age, creation: job.creation_time ?? null };
+    return { el, badge, framework, nodes, age, progress, creation: job.creation_time ?? null };
   }
 
   private _updateRow(row: IRow, job: IJob, now: number): void {
@@ -337,6 +339,8 @@ export class TrainerSidebar extends Widget {
     row.badge.title = tip ? `Status: ${job.status} (${tip})` : `Status: ${job.status}`;
     row.framework.textContent = job.framework || '-';
     row.nodes.textContent = `${formatNodes(job)} nodes`;
+    row.progress.textContent = progressText(job.trainer_status);
+    row.progress.hidden = row.progress.textContent === '';
     row.creation = job.creation_time ?? null;
     row.age.textContent = formatAge(row.creation, now);
     row.age.title = row.creation ? `created ${row.creation}` : '';
@@ -425,6 +429,7 @@ interface IRow {
   framework: HTMLSpanElement;
   nodes: HTMLSpanElement;
   age: HTMLSpanElement;
+  progress: HTMLSpanElement;
   creation: string | null;
 }
 
