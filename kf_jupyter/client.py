@@ -110,6 +110,27 @@ class TrainerClient:
         """Wait until the job reaches a status in `status`."""
         return self.backend.wait_for_job_status(name, status, timeout, callbacks)
 
+    def suspend_job(self, name: str) -> None:
+        """Suspend a job: stop its processes (pods) and keep the job; `resume_job` restarts it.
+
+        On a cluster this sets the TrainJob's `spec.suspend` (the Trainer deletes the pods);
+        locally the job's processes are stopped, its folder and logs kept.
+        """
+        self._lifecycle("suspend_job")(name)
+
+    def resume_job(self, name: str) -> None:
+        """Resume a suspended job (its processes or pods start again)."""
+        self._lifecycle("resume_job")(name)
+
+    def _lifecycle(self, method: str) -> Any:
+        fn = getattr(self.backend, method, None)
+        if not callable(fn):
+            raise ValidationError(
+                f"The {self.backend.name} backend cannot {method.split('_')[0]} jobs; use the "
+                "local or kubernetes backend."
+            )
+        return fn
+
     def delete_job(self, name: str) -> None:
         """Delete a job and stop what it runs."""
         self.backend.delete_job(name)

@@ -23,6 +23,13 @@ CREATED_BY_LABEL = "kf-jupyter.io/created-by"
 CREATED_BY_VALUE = "kf-jupyter"
 FRAMEWORK_ANNOTATION = "kf-jupyter.io/framework"
 TRAINER_ANNOTATION = "kf-jupyter.io/trainer"
+# Set by suspend_job, removed by resume_job: a suspension the user asked for (not Kueue's).
+SUSPENDED_BY_USER_ANNOTATION = "kf-jupyter.io/suspended-by-user"
+
+# Kueue (facts doc "Lifecycle and queues").
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
+TRAINJOB_MANAGER = "trainer.kubeflow.org/trainjob-controller"
 
 # The manager of our runtime patches (one entry per TrainJob).
 PATCH_MANAGER = "kf-jupyter.io/kf-jupyter"

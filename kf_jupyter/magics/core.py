@@ -624,6 +624,26 @@ class KubeflowMagics(Magics):
         print(f"Deleted job {args.name}.")
 
     @ma.magic_arguments()
+    @ma.argument("name")
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @line_magic
+    def kf_suspend(self, line: str) -> None:
+        """Suspend a job: stop its processes (pods), keep the job; `%kf_resume` restarts it."""
+        args = _parse_args(self.kf_suspend, line)
+        self._guard(lambda: self.client(args.backend).suspend_job(args.name))
+        print(f"Suspended job {args.name}. Resume it with %kf_resume {args.name}.")
+
+    @ma.magic_arguments()
+    @ma.argument("name")
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @line_magic
+    def kf_resume(self, line: str) -> None:
+        """Resume a suspended job (its processes or pods start again)."""
+        args = _parse_args(self.kf_resume, line)
+        self._guard(lambda: self.client(args.backend).resume_job(args.name))
+        print(f"Resumed job {args.name}.")
+
+    @ma.magic_arguments()
     @ma.argument("--reset", action="store_true", help="clear the session RuntimeConfig and options")
     @line_magic
     def kf_config(self, line: str) -> Any:

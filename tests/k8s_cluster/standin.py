@@ -21,8 +21,10 @@ errors are ``metav1.Status`` JSON (403 token, 422 payload, 413 size, 404 path).
 The one deliberate deviation (there is no cluster DNS): in the *process* environment, command
 and args, the master host ``<job>-node-0-0.<job>`` becomes ``127.0.0.1`` and port 29500 becomes
 a free port per job (``/etc/mpi/hostfile`` becomes a local file, all slots on ``localhost``).
-The Pod objects keep the real values. Not modelled: initializer steps, restarts, suspend of
-running jobs, activeDeadlineSeconds, pod deletion by users, log timestamps.
+The Pod objects keep the real values. ``spec.suspend`` (facts doc "Lifecycle"): a
+running TrainJob's pods are killed and deleted, condition ``Suspended`` True / ``Suspended``;
+unsuspending sets it False / ``Resumed`` and creates new pods. Not modelled: initializer steps,
+restarts, activeDeadlineSeconds, pod deletion by users, log timestamps.
 """
 
 from __future__ import annotations
@@ -281,11 +283,17 @@ class StandIn:
         if kind == "DELETED" or meta.get("deletionTimestamp"):
             self._teardown(uid, tj if kind != "DELETED" else None)
             return
-        with self._lock:
-            if uid in self._jobs:
-                return
         conds = {c["type"]: c for c in tj.get("status", {}).get("conditions", [])}
-        if any(conds.get(t, {}).get("status") == "True" for t in ("Complete", "Failed")):
+        finished = any(conds.get(t, {}).get("status") == "True" for t in ("Complete", "Failed"))
+        with self._lock:
+            running = uid in self._jobs
+        if running:
+            if tj["spec"].get("suspend") and not finished:
+                # spec.suspend on a running TrainJob: the JobSet is suspended, its pods deleted
+                self._teardown(uid)
+                self._set_condition(tj, "Suspended", "True", "Suspended", "TrainJob is suspended")
+            return
+        if finished:
             return  # finished before we saw it
         if tj["spec"].get("suspend"):
             if conds.get("Suspended", {}).get("status") != "True":
@@ -557,6 +565,10 @@ class StandIn:
             )
             return
         cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}"
+        run = 1
+        while cwd.exists():  # resumed: new pods, new (empty) logs, as on a cluster
+            run += 1
+            cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}-run{run}"
         job.pods = self._plan(tj, rt, cwd)
         for pod in job.pods:
             if job.cancelled.is_set():

@@ -13,10 +13,13 @@ from ...constants import (
     FRAMEWORK_ANNOTATION,
     GROUP,
     JOBSET_NAME_LABEL,
+    QUEUE_LABEL,
+    SUSPENDED_BY_USER_ANNOTATION,
     TRAINJOB_PLURAL,
     VERSION,
 )
 from ...errors import (
+    BackendError,
     JobFailedError,
     JobNotFoundError,
     NamespaceNotFoundError,
@@ -184,6 +187,51 @@ class JobsMixin(RuntimesMixin):
             propagation_policy="Foreground",
         )
 
+    # -- suspend / resume -------------------------------------------------------------------
+    def suspend_job(self, name: str) -> None:
+        """Set the TrainJob's `spec.suspend` (the Trainer stops its pods and keeps the job)."""
+        self._set_suspend(name, True)
+
+    def resume_job(self, name: str) -> None:
+        """Clear `spec.suspend` of a job suspended with `suspend_job` (its pods are recreated)."""
+        self._set_suspend(name, False)
+
+    def _set_suspend(self, name: str, suspend: bool) -> None:
+        obj = self._get_trainjob(name)
+        verb = "suspended" if suspend else "resumed"
+        status = job_status(obj, None, 1)[0]
+        if status in TERMINAL:
+            raise BackendError(
+                f"TrainJob {name!r} is {status}, so it cannot be {verb}: only a job that has not "
+                "finished can. Run it again instead."
+            )
+        meta = obj.get("metadata") or {}
+        by_user = (meta.get("annotations") or {}).get(SUSPENDED_BY_USER_ANNOTATION) == "true"
+        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if not suspend and queue and not by_user and (obj.get("spec") or {}).get("suspend"):
+            raise BackendError(
+                f"TrainJob {name!r} waits in Kueue queue {queue!r}: Kueue resumes it when it "
+                "admits it. Look at the queue with kubectl get localqueue, workloads."
+            )
+        patch = {
+            "metadata": {
+                "annotations": {SUSPENDED_BY_USER_ANNOTATION: "true" if suspend else None}
+            },
+            "spec": {"suspend": suspend},
+        }
+        self._json(
+            Where("patch", TRAINJOB_PLURAL, self.namespace, name),
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            TRAINJOB_PLURAL,
+            name,
+            patch,
+        )
+        log.info("%s TrainJob %s/%s", verb, self.namespace, name)
+
+    # -- waiting ----------------------------------------------------------------------------
     def wait_for_job_status(
         self,
         name: str,

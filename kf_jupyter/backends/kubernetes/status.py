@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ...constants import LAUNCHER_JOB, NODE_JOB
-from ...types import COMPLETE, CREATED, FAILED, RUNNING
+from ...constants import LAUNCHER_JOB, NODE_JOB, QUEUE_LABEL, SUSPENDED_BY_USER_ANNOTATION
+from ...types import COMPLETE, CREATED, FAILED, RUNNING, SUSPENDED
 from .pods import pod_phase, pod_source
 
 
@@ -37,7 +37,7 @@ def job_status(
 ) -> tuple[str, str, str]:
     """(status, reason, message) of a TrainJob, as the SDK derives it.
 
-    Complete/Failed conditions win; a Suspended job is Created; otherwise Running when every
+    Complete/Failed conditions win; then a suspended job (`suspension`); otherwise Running when every
     trainer node runs (from the pods when given, else from `status.jobsStatus`), else Created.
     """
     conds = conditions(obj)
@@ -45,9 +45,9 @@ def job_status(
         c = conds.get(ctype)
         if c and c.get("status") == "True":
             return ctype, str(c.get("reason") or ""), str(c.get("message") or "")
-    susp = conds.get("Suspended")
-    if susp and susp.get("status") == "True":
-        return CREATED, str(susp.get("reason") or "Suspended"), str(susp.get("message") or "")
+    suspended = suspension(obj)
+    if suspended is not None:
+        return suspended
     if pods is not None:
         live = ("Running", "Succeeded")
         nodes = [p for p in pods if pod_source(p)[0] == NODE_JOB]
@@ -69,3 +69,31 @@ def job_status(
     ):
         return RUNNING, "", ""
     return CREATED, "", ""
+
+
+def suspension(obj: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(status, reason, message) of a suspended TrainJob (`spec.suspend`), else None.
+
+    Suspended by `suspend_job` (our annotation), or by anyone without a queue label: Suspended.
+    Suspended with a Kueue queue label and not by the user: waiting for Kueue to admit it, so
+    Created / Queued (Kueue admits a job by unsuspending it).
+    """
+    meta = obj.get("metadata") or {}
+    if not (obj.get("spec") or {}).get("suspend"):
+        return None
+    cond = conditions(obj).get("Suspended") or {}
+    by_user = (meta.get("annotations") or {}).get(SUSPENDED_BY_USER_ANNOTATION) == "true"
+    queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+    if queue and not by_user:
+        return (
+            CREATED,
+            "Queued",
+            f"Waiting in Kueue queue {queue!r} to be admitted (Kueue starts the job by "
+            "unsuspending it when the queue has quota for it).",
+        )
+    message = str(cond.get("message") or "") if cond.get("status") == "True" else ""
+    return (
+        SUSPENDED,
+        "Suspended",
+        message or "The job is suspended: its pods are stopped. Resume it to start them again.",
+    )

@@ -43,6 +43,7 @@ from ...types import (
     CREATED,
     FAILED,
     RUNNING,
+    SUSPENDED,
     TERMINAL,
     Event,
     LogRecord,
@@ -62,6 +63,7 @@ log = logging.getLogger("kf_jupyter.local")
 
 WAIT_POLL_SECONDS = 0.02
 DELETE_WAIT_SECONDS = 8.0
+CONTROL_WAIT_SECONDS = 30.0  # suspend: SIGTERM, grace, SIGKILL, then the status is written
 
 
 def free_port() -> int:
@@ -531,10 +533,11 @@ class LocalBackend:
     ) -> TrainJob:
         """Block until the job reaches one of `status`; JobFailedError if it fails instead."""
         wanted = set(status)
-        unknown = wanted - {CREATED, RUNNING, COMPLETE, FAILED}
+        unknown = wanted - {CREATED, RUNNING, SUSPENDED, COMPLETE, FAILED}
         if unknown:
             raise ValidationError(
-                f"Unknown job status {sorted(unknown)}: use Created, Running, Complete, Failed."
+                f"Unknown job status {sorted(unknown)}: use Created, Running, Suspended, "
+                "Complete, Failed."
             )
         end = time.monotonic() + timeout
         last_status = None
@@ -594,6 +597,50 @@ class LocalBackend:
                     "the processes were stopped, but the Cancelled status could not be written to"
                 )
                 raise self._disk_full(exc, what) from None
+
+    # ------------------------------------------------------------------ suspend / resume
+
+    def suspend_job(self, name: str) -> None:
+        """Stop the job's processes and keep the job (status Suspended); `resume_job` restarts
+        them with the same workspace and environment. Returns once they are stopped."""
+        self._control(name, suspend=True)
+
+    def resume_job(self, name: str) -> None:
+        """Start a suspended job's processes again (the log goes on after a marker line)."""
+        self._control(name, suspend=False)
+
+    def _control(self, name: str, suspend: bool) -> None:
+        jd = self.job_dir(name)
+        st = self._status(name)
+        status = st.get("status", CREATED)
+        verb = "suspended" if suspend else "resumed"
+        if status in TERMINAL:
+            raise BackendError(
+                f"Job {name!r} is {status}, so it cannot be {verb}: only a Created, Running or "
+                "Suspended job can. Run it again instead."
+            )
+        if (status == SUSPENDED) == suspend and sv.read_control(str(jd)) == suspend:
+            return  # already so
+        sv.write_control(str(jd), suspend)
+        pid = st.get("supervisor_pid")
+        if (
+            pid
+            and st.get("control_ready")
+            and sv.same_process(int(pid), st.get("supervisor_create_time"))
+        ):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(pid), signal.SIGUSR1)
+        # Otherwise the supervisor, starting, reads control.json before it starts anything.
+        end = time.monotonic() + CONTROL_WAIT_SECONDS
+        while time.monotonic() < end:
+            now = self._status(name).get("status")
+            if now in TERMINAL or (now == SUSPENDED) == suspend:
+                return
+            time.sleep(sv.POLL_SECONDS)
+        raise BackendError(
+            f"Job {name!r} was asked to be {verb} but its supervisor did not confirm within "
+            f"{CONTROL_WAIT_SECONDS:g} s. Check it with client.get_job({name!r}) and its events."
+        )
 
     def cancel_job(self, name: str) -> None:
         """Stop the job's processes (the whole tree) and keep its record, status Failed/Cancelled."""

@@ -11,6 +11,11 @@ the files alone.
   descendant, SIGKILL after a grace period) and the job is Failed, naming the failed rank.
 - SIGTERM/SIGINT/SIGHUP to the supervisor cancel the job the same way (`delete_job`).
 - `activeDeadlineSeconds` stops the job with reason DeadlineExceeded.
+- Suspend and resume (`control.json` {"suspend": true|false}, then SIGUSR1 to wake it up; also
+  read every second): suspending stops the processes as a cancel does (SIGTERM, grace, SIGKILL)
+  and keeps the folder, the logs and the supervisor (status Suspended); resuming starts the same
+  processes again with the same environment (the spec stays in memory only, never on disk),
+  with a marker line in every log between the runs. The deadline timer restarts on resume.
 - It is a child subreaper (Linux): a process whose parent dies (torchrun or mpirun killed) is
   re-parented to the supervisor, not to init, so it is still found and stopped.
 - A full disk: a few KiB are set aside (`.reserve`) when the job starts; if the job folder's
@@ -48,6 +53,7 @@ CREATED = "Created"
 RUNNING = "Running"
 COMPLETE = "Complete"
 FAILED = "Failed"
+SUSPENDED = "Suspended"
 TERMINAL = (COMPLETE, FAILED)
 
 REASON_COMPLETE = "AllJobsCompleted"
@@ -56,6 +62,9 @@ REASON_CANCELLED = "Cancelled"
 REASON_DEADLINE = "DeadlineExceeded"
 REASON_LOST = "SupervisorLost"
 REASON_LOG_WRITE = "LogWriteFailed"
+REASON_SUSPENDED = "Suspended"
+REASON_RESUMED = "Resumed"
+CONTROL_FILE = "control.json"
 
 
 # ----------------------------------------------------------------------------- job-folder files
@@ -119,6 +128,31 @@ def finish_status(job_dir: str, status: str, reason: str, message: str) -> bool:
     if done[0]:
         append_event(job_dir, "Normal" if status == COMPLETE else "Warning", reason, message)
     return done[0]
+
+
+def write_control(job_dir: str, suspend: bool) -> None:
+    """Ask the job's supervisor to suspend (True) or resume (False) the job."""
+    atomic_write_json(os.path.join(job_dir, CONTROL_FILE), {"suspend": bool(suspend)})
+
+
+def read_control(job_dir: str) -> bool:
+    """Whether the job is asked to be suspended."""
+    try:
+        return bool(read_json(os.path.join(job_dir, CONTROL_FILE)).get("suspend"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def log_marker(job_dir: str, text: str) -> None:
+    """Append one line to each rank's log (each process's when there are no rank logs: a job
+    that does not run the runner), between two runs of a suspended job."""
+    logs = os.path.join(job_dir, "logs")
+    with contextlib.suppress(OSError):
+        names = sorted(n for n in os.listdir(logs) if n.endswith(".log"))
+        ranks = [n for n in names if n.startswith("rank-")]
+        for name in ranks or names:
+            with open(os.path.join(logs, name), "a", encoding="utf-8") as fh:
+                fh.write(f"{text}\n")
 
 
 def append_event(job_dir: str, type_: str, reason: str, message: str, obj: str = "") -> None:
@@ -438,10 +472,16 @@ class Supervisor:
         self.pending_events: list[tuple[str, str, str, str]] = []
         self.broken = False  # the job folder is gone or unwritable: record nothing more
         self.status_endpoint: Any = None
+        self.suspended = False
+        self.control_wake = False
+        self.run_number = 1
         self.status_env: dict[str, str] = {}
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.cancel_signal = signum
+
+    def _on_control(self, signum: int, frame: Any) -> None:
+        self.control_wake = True
 
     # ------------------------------------------------------------ writes that survive ENOSPC
 
@@ -560,6 +600,40 @@ class Supervisor:
             self._update(change)
             self._event("Normal", "Started", f"process {item['name']} pid {p.pid}", item["name"])
 
+    def _suspend(self) -> None:
+        """Stop the processes and keep everything else (see the module docstring)."""
+        self._stop_all()
+        self.procs, self.exits, self.snapshot = {}, {}, []
+        self.suspended = True
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        log_marker(
+            self.job_dir,
+            f"[kf-jupyter] ---- job suspended at {when}: its processes were stopped; "
+            "resuming starts them again ----",
+        )
+        message = "The job is suspended: its processes were stopped; resume it to start them again."
+        self._update(
+            lambda st: st.update(status=SUSPENDED, reason=REASON_SUSPENDED, message=message)
+        )
+        self._event("Normal", REASON_SUSPENDED, message)
+
+    def _resume(self) -> None:
+        self.run_number += 1
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        log_marker(
+            self.job_dir,
+            f"[kf-jupyter] ---- job resumed at {when} (run {self.run_number}) ----",
+        )
+        self.suspended = False
+        self._start()
+        message = f"The job was resumed (run {self.run_number}): its processes started again."
+        self._update(
+            lambda st: st.update(
+                status=RUNNING, reason=REASON_RESUMED, message=message, runs=self.run_number
+            )
+        )
+        self._event("Normal", REASON_RESUMED, message)
+
     def _start_status_endpoint(self) -> None:
         """The job's trainer status endpoint (status_endpoint.py); the job runs without one if
         it cannot start."""
@@ -621,6 +695,7 @@ class Supervisor:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.signal(signal.SIGUSR1, self._on_control)
         make_reserve(self.reserve)
         try:
             return self._run(wake_r)
@@ -630,10 +705,17 @@ class Supervisor:
 
     def _run(self, wake_r: int) -> int:
         ident = process_identity(os.getpid())
-        self._update(lambda st: st.update(supervisor_pid=os.getpid(), supervisor_create_time=ident))
+        self._update(
+            lambda st: st.update(
+                supervisor_pid=os.getpid(), supervisor_create_time=ident, control_ready=True
+            )
+        )
         self._start_status_endpoint()
+        if read_control(self.job_dir):  # suspended before it started
+            self._suspend()
         try:
-            self._start()
+            if not self.suspended:
+                self._start()
         except Exception as exc:
             self._stop_all()
             if is_disk_full(exc) or self.disk_error is not None:
@@ -643,7 +725,7 @@ class Supervisor:
                 self._finish(FAILED, REASON_FAILED, f"The job's processes could not start: {exc}")
             return 1
         started = time.time()
-        if self.cancel_signal is None:
+        if self.cancel_signal is None and not self.suspended:
 
             def running(st: dict[str, Any]) -> None:
                 if st.get("status") not in TERMINAL:
@@ -653,8 +735,20 @@ class Supervisor:
             self._event("Normal", "Running", "all processes started")
         deadline = self.spec.get("deadline_seconds")
         last_snap = 0.0
+        last_control = time.monotonic()
         while True:
             self._reap()
+            if self.cancel_signal is None and (
+                self.control_wake or time.monotonic() - last_control >= SNAPSHOT_SECONDS
+            ):
+                self.control_wake = False
+                last_control = time.monotonic()
+                want = read_control(self.job_dir)
+                if want and not self.suspended:
+                    self._suspend()
+                elif not want and self.suspended:
+                    self._resume()
+                    started = time.time()  # activeDeadlineSeconds restarts on resume
             if self.cancel_signal is not None:
                 self._stop_all()
                 self._finish(
@@ -663,6 +757,14 @@ class Supervisor:
                     f"The job was cancelled (signal {self.cancel_signal}); its processes were stopped.",
                 )
                 return 1
+            if self.suspended:
+                if not os.path.exists(os.path.join(self.job_dir, "status.json")):
+                    self.broken = True
+                    return 1
+                select.select([wake_r], [], [], SNAPSHOT_SECONDS)
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+                continue
             bad = [(n, rc) for n, rc in self.exits.items() if rc != 0]
             if self.disk_error is not None or (bad and self._logs_full()):
                 self._stop_all()
