@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .constants import PATCH_MANAGER, TRAINER_CONTAINER
+from .constants import (
+    MULTIKUEUE_MANAGER,
+    PATCH_MANAGER,
+    QUEUE_LABEL,
+    TRAINER_CONTAINER,
+    TRAINJOB_MANAGER,
+)
 from .errors import OptionError
 from .validation import (
     validate_annotation_value,
@@ -385,6 +391,57 @@ class ActiveDeadlineSeconds(_Option):
         job_spec.setdefault("spec", {})["activeDeadlineSeconds"] = self.seconds
 
 
+@dataclass
+class Queue(_Option):
+    """Submit to a Kueue LocalQueue: the `kueue.x-k8s.io/queue-name` label (placement-only
+    locally). Kueue then holds the job suspended until it admits it, and unsuspends it."""
+
+    name: str
+    backends: ClassVar[frozenset[str]] = frozenset({KUBERNETES})
+    placement: ClassVar[bool] = True
+    unique: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise OptionError(f"Queue takes the name of a Kueue LocalQueue, got {self.name!r}.")
+        validate_label_value(QUEUE_LABEL, self.name)
+
+    def describe(self) -> str:
+        """`Queue(team-a)`, for the local backend's warning."""
+        return f"Queue({self.name})"
+
+    def __call__(self, job_spec: dict[str, Any], trainer: Any, backend: Any) -> None:
+        if self._check_backend(backend):
+            job_spec.setdefault("metadata", {}).setdefault("labels", {})[QUEUE_LABEL] = self.name
+
+
+@dataclass
+class ManagedBy(_Option):
+    """`spec.managedBy`: which controller runs the TrainJob (`kueue.x-k8s.io/multikueue` lets
+    MultiKueue dispatch it to a worker cluster); immutable once created. Placement-only locally."""
+
+    manager: str
+    backends: ClassVar[frozenset[str]] = frozenset({KUBERNETES})
+    placement: ClassVar[bool] = True
+    unique: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        allowed = (TRAINJOB_MANAGER, MULTIKUEUE_MANAGER)
+        if self.manager not in allowed:
+            raise OptionError(
+                f"ManagedBy takes {' or '.join(repr(a) for a in allowed)} (what the TrainJob "
+                f"API accepts), got {self.manager!r}."
+            )
+
+    def describe(self) -> str:
+        """`ManagedBy(kueue.x-k8s.io/multikueue)`, for the local backend's warning."""
+        return f"ManagedBy({self.manager})"
+
+    def __call__(self, job_spec: dict[str, Any], trainer: Any, backend: Any) -> None:
+        if self._check_backend(backend):
+            job_spec.setdefault("spec", {})["managedBy"] = self.manager
+
+
 def describe_option(option: Any) -> str:
     """A short name for an option, for warnings."""
     describe = getattr(option, "describe", None)
@@ -433,11 +490,13 @@ __all__ = [
     "Annotations",
     "ContainerOverride",
     "Labels",
+    "ManagedBy",
     "Name",
     "Option",
     "PodSpecOverride",
     "PodTemplateOverride",
     "PodTemplateOverrides",
+    "Queue",
     "RuntimePatch",
     "SpecAnnotations",
     "SpecLabels",

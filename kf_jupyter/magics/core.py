@@ -78,6 +78,7 @@ def _training_args(framework: str) -> Any:
         ma.argument("--args", default=None, help="notebook variables passed, e.g. lr,epochs"),
         ma.argument("--config", default=None, help="variable: a RuntimeConfig or its form"),
         ma.argument("--options", default=None, help="variable: a list of options or the form"),
+        ma.argument("--queue", default=None, help="Kueue LocalQueue (placement-only locally)"),
     ]
     if framework == "torch":
         decorators.append(ma.argument("--max-restarts", type=int, default=None))
@@ -311,6 +312,10 @@ class KubeflowMagics(Magics):
         out = list(opts or [])
         if args.name:
             out.append(Name(args.name))
+        if getattr(args, "queue", None):
+            from ..options import Queue
+
+            out.append(Queue(args.queue))
         return out
 
     def _trainer(self, framework: str, args: Any, cell: str) -> BaseTrainer:
