@@ -147,13 +147,8 @@ def test_status_from_conditions_pods_and_jobs_status() -> None:
     running = [_pod_at("j", "node", i, "2026-01-01T00:00:00Z", "Running") for i in range(2)]
     assert job_status({"status": {"conditions": [cond("Complete")]}}, running, 2)[0] == COMPLETE
     assert job_status({"status": {"conditions": [cond("Failed")]}}, running, 2)[0] == "Failed"
-    assert job_status(
-        {"status": {"conditions": [cond("Suspended", reason="Suspended")]}}, [], 2
-    ) == (
-        CREATED,
-        "Suspended",
-        "m",
-    )
+    suspended = {"spec": {"suspend": True}, "status": {"conditions": [cond("Suspended")]}}
+    assert job_status(suspended, [], 2) == ("Suspended", "Suspended", "m")  # issue 14
     resumed = {"status": {"conditions": [cond("Suspended", "False", "Resumed")]}}
     assert job_status(resumed, running, 2)[0] == RUNNING  # the SDK would say Created
     assert job_status({}, running[:1], 2)[0] == CREATED  # one of two nodes up

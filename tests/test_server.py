@@ -150,19 +150,34 @@ def test_every_route_rejects_unauthenticated_requests(
     app = jp_serverapp.web_app
     patterns = sorted(set(kf_patterns(app.wildcard_router)) | set(kf_patterns(app.default_router)))
     expected = {"backends", "runtimes", "jobs", "jobs/x", "jobs/x/logs", "jobs/x/events"}
+    expected |= {"jobs/x/suspend", "jobs/x/resume"}
     paths = set()
     for pattern in patterns:
         rel = pattern.split("kf-jupyter/api/", 1)[1]
         rel = rel.replace("(?P<name>[^/]+)", "x").replace("/?$", "").rstrip("$")
+        if "(?P<action>suspend|resume)" in rel:
+            paths |= {rel.replace("(?P<action>suspend|resume)", a) for a in ("suspend", "resume")}
+            continue
         paths.add(rel)
     assert paths == expected, patterns
     for rel in sorted(paths):
-        for method in ("GET", "DELETE") if rel == "jobs/x" else ("GET",):
-            resp = raw(f"{API}/{rel}?backend=local", method=method)
+        methods = {"jobs/x": ("GET", "DELETE"), "jobs/x/suspend": ("POST",)}
+        methods["jobs/x/resume"] = ("POST",)
+        for method in methods.get(rel, ("GET",)):
+            resp = raw(
+                f"{API}/{rel}?backend=local",
+                method=method,
+                **({"body": b""} if method == "POST" else {}),
+            )
             assert resp.code == 403, (method, rel, resp.code, resp.body)
             assert b"Traceback" not in resp.body
             # a wrong token is no better than none
-            resp = raw(f"{API}/{rel}", method=method, headers={"Authorization": "token nope"})
+            resp = raw(
+                f"{API}/{rel}",
+                method=method,
+                headers={"Authorization": "token nope"},
+                **({"body": b""} if method == "POST" else {}),
+            )
             assert resp.code == 403, (method, rel, resp.code)
 
 
@@ -294,6 +309,19 @@ def test_closing_a_stream_stops_its_pump_and_delete_stops_the_job(
     assert not any(t.is_alive() for t in pumps)
     assert fetch(API, "jobs", name, method="DELETE").code == 204
     assert_error(fetch(API, "jobs", name), 404, "JobNotFoundError")
+
+
+def test_suspend_and_resume_a_job_through_the_server(
+    fetch: Callable, kernel_client: TrainerClient
+) -> None:
+    name = kernel_client.train(MPITrainer(func=ticker, func_args={"n": 400}, num_proc_per_node=1))
+    post = {"method": "POST", "body": b"", "params": {"backend": "local"}}
+    assert fetch(API, "jobs", name, "suspend", **post).code == 204
+    assert body(fetch(API, "jobs", name))["status"] == "Suspended"
+    assert fetch(API, "jobs", name, "resume", **post).code == 204
+    assert body(fetch(API, "jobs", name))["status"] in ("Running", "Created")
+    assert fetch(API, "jobs", name, method="DELETE").code == 204
+    assert_error(fetch(API, "jobs", name, "suspend", **post), 404, "JobNotFoundError")
 
 
 # -- errors -------------------------------------------------------------------------------------

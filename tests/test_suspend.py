@@ -127,3 +127,33 @@ def test_cancel_a_suspended_job(client: Any, tmp_path: Path) -> None:
     job = client.get_job(name)
     assert job.status == "Failed" and job.reason == "Cancelled"
     assert_no_orphans(name)
+
+
+def test_the_monitor_suspend_button_suspends_and_resumes_a_real_job(
+    client: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    pytest.importorskip("ipywidgets")
+    import comm
+
+    from .test_widgets import CountingComm  # widgets without a kernel (as test_widgets does)
+
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: CountingComm(*a, **k))
+    from kf_jupyter.widgets.monitor import JobMonitor
+
+    gate = tmp_path / "gate"
+    trainer = JAXTrainer(
+        func=ticks, func_args={"gate": str(gate)}, num_nodes=1, initialize_distributed=False
+    )
+    name = client.train(trainer, runtime_config=RuntimeConfig(env={"KFJ_T_RUN": "x"}))
+    mon = JobMonitor(client, name, poll_status=False)
+    mon._poll()
+    mon.suspend_button.click()
+    assert client.get_job(name).status == SUSPENDED
+    assert "Suspended" in mon.header.value and mon.suspend_button.description == "Resume"
+    mon.suspend_button.click()
+    assert client.get_job(name).status != SUSPENDED and mon.suspend_button.description == "Suspend"
+    gate.write_text("")
+    client.wait_for_job_status(name, timeout=120)
+    mon._poll()
+    mon.flush_stats()
+    assert mon.suspend_button.disabled

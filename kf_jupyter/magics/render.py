@@ -86,8 +86,11 @@ def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
         if j.num_proc_per_node:
             nodes += f"x{j.num_proc_per_node}"
         progress = progress_text(getattr(j, "trainer_status", None)) or "-"
+        status = j.status
+        if j.status == "Created" and j.reason:  # why it waits: Queued, Unschedulable, ...
+            status = f"{j.status} ({j.reason})"
         rows.append(
-            [j.name, j.framework or "-", j.backend, j.status, progress, nodes, age(j.creation_time)]
+            [j.name, j.framework or "-", j.backend, status, progress, nodes, age(j.creation_time)]
         )
     return rows
 

@@ -229,6 +229,16 @@ class JobEventsHandler(KFHandler):
         )
 
 
+class JobLifecycleHandler(KFHandler):
+    """POST jobs/{name}/suspend and jobs/{name}/resume: 204 once asked (locally: once done)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str, action: str) -> None:
+        """Suspend or resume the job."""
+        await self.answer(f"{action}_job", job=name, render=lambda _: None)
+
+
 class _LogPump:
     """Pulls log records from a backend generator on its own thread into a bounded queue.
 
@@ -445,4 +455,8 @@ def route_table(base_url: str) -> list[tuple[str, type[KFHandler]]]:
         (url_path_join(root, "jobs", name) + "/?", JobHandler),
         (url_path_join(root, "jobs", name, "logs") + "/?", JobLogsHandler),
         (url_path_join(root, "jobs", name, "events") + "/?", JobEventsHandler),
+        (
+            url_path_join(root, "jobs", name, r"(?P<action>suspend|resume)") + "/?",
+            JobLifecycleHandler,
+        ),
     ]

@@ -28,6 +28,7 @@ _BADGE = {
     "Failed": "#dc3545",
     "Detached": "#6f42c1",
     "Cancelled": "#fd7e14",
+    "Suspended": "#b8860b",
 }
 
 
@@ -86,6 +87,7 @@ class JobMonitor:
         self._filter: str | None = None
         self._sources_shown: tuple[str, ...] = ()
         self.error: BaseException | None = None
+        self.waiting = ""  # why a Created/Suspended job is not running (reason: message)
 
         self.header = w.HTML(self._header_html())
         self.rank_filter = w.Dropdown(
@@ -93,6 +95,11 @@ class JobMonitor:
         )
         self.cancel_button = w.Button(
             description="Cancel", button_style="danger", layout=w.Layout(width="80px")
+        )
+        self.suspend_button = w.Button(
+            description="Suspend",
+            tooltip="Stop the job's processes (pods) and keep the job; Resume starts them again",
+            layout=w.Layout(width="90px"),
         )
         self.progress = w.FloatProgress(
             value=0.0, min=0.0, max=1.0, layout=w.Layout(display="none", width="98%")
@@ -103,7 +110,7 @@ class JobMonitor:
         self.footer = w.HTML(self._footer_html())
         self.widget = w.VBox(
             [
-                w.HBox([self.header, self.rank_filter, self.cancel_button]),
+                w.HBox([self.header, self.rank_filter, self.suspend_button, self.cancel_button]),
                 self.progress,
                 self.chart,
                 self.failure,
@@ -113,6 +120,7 @@ class JobMonitor:
         )
         self.rank_filter.observe(self._on_filter, names="value")
         self.cancel_button.on_click(self._on_cancel)
+        self.suspend_button.on_click(self._on_suspend)
 
     # -- rendering ----------------------------------------------------------------------------
 
@@ -125,6 +133,10 @@ class JobMonitor:
             f"<span class='kf-status' style='background:{colour};color:white;padding:1px 6px;"
             f"border-radius:8px'>{html.escape(self.status)}</span> · "
             f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span>"
+        ) + (
+            f"<br><small class='kf-waiting'>{html.escape(self.waiting)}</small>"
+            if self.waiting and self.status in ("Created", "Suspended")
+            else ""
         )
 
     def _footer_html(self) -> str:
@@ -161,6 +173,29 @@ class JobMonitor:
             return
         self.stop()
         self._set_status("Cancelled")
+
+    def _on_suspend(self, _button: Any = None) -> None:
+        resume = self.status == "Suspended"
+        try:
+            if resume:
+                self.client.resume_job(self.name)
+            else:
+                self.client.suspend_job(self.name)
+        except Exception as exc:  # shown, never raised into the frontend
+            self.failure.value = (
+                f"<b>{'Resume' if resume else 'Suspend'} failed:</b> {html.escape(str(exc))}"
+            )
+            self.failure.layout.display = ""
+            return
+        self._poll()
+        self.header.value = self._header_html()
+        self._sync_suspend_button()
+
+    def _sync_suspend_button(self) -> None:
+        """Suspend while it can run, Resume while suspended, disabled once it has ended."""
+        ended = self.status in ("Complete", "Failed", "Cancelled")
+        self.suspend_button.description = "Resume" if self.status == "Suspended" else "Suspend"
+        self.suspend_button.disabled = ended
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -231,6 +266,7 @@ class JobMonitor:
             self.ended = done.timestamp()
         with self._lock:
             self.state.apply_trainer_status(getattr(job, "trainer_status", None))
+        self.waiting = ": ".join(p for p in (job.reason, job.message) if p)
         if self.status not in ("Cancelled", "Detached"):
             self.status = job.status
             if job.status in (COMPLETE, FAILED) and self.ended is None:
@@ -262,6 +298,7 @@ class JobMonitor:
         header = self._header_html()
         if header != self.header.value:
             self.header.value = header
+            self._sync_suspend_button()
         if dirty and progress is not None:
             with self.progress.hold_sync():
                 self.progress.value = progress

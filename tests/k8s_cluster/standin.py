@@ -506,6 +506,9 @@ class StandIn:
                 "batch.kubernetes.io/job-completion-index": str(i),
                 "batch.kubernetes.io/job-name": f"{name}-{rjob}-0",
             }
+            resources = (trainer.get("resourcesPerNode") if is_trainer else None) or ctr.get(
+                "resources", {}
+            )
             spec: dict[str, Any] = {
                 "nodeName": NODE_NAME,
                 "restartPolicy": "Never",
@@ -517,11 +520,12 @@ class StandIn:
                         "command": command,
                         "args": args,
                         "env": list(env.values()),
-                        "resources": (trainer.get("resourcesPerNode") if is_trainer else None)
-                        or ctr.get("resources", {}),
+                        "resources": resources,
                     }
                 ],
             }
+            if _gpus(resources):  # the stand-in node has no GPU: the scheduler cannot bind it
+                del spec["nodeName"]
             if len(pod_name) <= 63:
                 spec["hostname"] = pod_name
             body = {
@@ -620,6 +624,8 @@ class StandIn:
 
     def _start_pod(self, pod: PodRun) -> None:
         c = pod.body["spec"]["containers"][0]
+        if self._cannot_start(pod, c):
+            return
         try:
             env = self._resolve_env(pod, c.get("env", []))
         except _ConfigError as e:
@@ -658,6 +664,50 @@ class StandIn:
                     return
         self._pod_status(pod, "Running", {"running": {"startedAt": _now()}}, ready=True)
         self._event(pod.body, "Normal", "Started", "Started container node")
+
+    def _cannot_start(self, pod: PodRun, c: dict[str, Any]) -> bool:
+        """The scheduler or the kubelet stops the pod here: a GPU (the node has none), or an
+        image on a registry that cannot resolve (RFC 2606 `.invalid`). Reported as they do."""
+        gpus = _gpus(c.get("resources") or {})
+        image = str(c.get("image") or "")
+        if gpus:
+            msg = (
+                "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes "
+                "are available: 1 No preemption victims found for incoming pod."
+            )
+            if pod.waiting != msg:
+                pod.waiting = msg
+                cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                        "message": msg, "lastTransitionTime": _now()}  # fmt: skip
+                self._patch_pod(pod, {"phase": "Pending", "conditions": [cond]})
+                self._event(pod.body, "Warning", "FailedScheduling", msg, "default-scheduler")
+            return True
+        if image.split("/")[0].endswith(".invalid"):
+            host = image.split("/")[0]
+            pull = (
+                f'failed to pull and unpack image "{image}": failed to resolve reference '
+                f'"{image}": dial tcp: lookup {host}: no such host'
+            )
+            first = pod.waiting is None
+            reason, msg = ("ErrImagePull", pull) if first else (
+                "ImagePullBackOff", f'Back-off pulling image "{image}"'
+            )  # fmt: skip
+            if pod.waiting != msg:
+                pod.waiting = msg
+                self._pod_status(pod, "Pending", {"waiting": {"reason": reason, "message": msg}})
+                event = f'Failed to pull image "{image}": {pull}' if first else msg
+                self._event(pod.body, "Warning", "Failed" if first else "BackOff", event)
+            return True
+        return False
+
+    def _patch_pod(self, pod: PodRun, status: dict[str, Any]) -> None:
+        try:
+            self._retry(
+                self.core.patch_namespaced_pod_status, pod.name, pod.namespace, {"status": status}
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     def _finish_pod(self, pod: PodRun, rc: int) -> None:
         pod.exit_code = rc if rc >= 0 else 128 - rc
@@ -836,7 +886,9 @@ class StandIn:
             if e.status != 404:
                 raise
 
-    def _event(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
+    def _event(
+        self, obj: dict[str, Any], etype: str, reason: str, message: str, component: str = ""
+    ) -> None:
         meta = obj["metadata"]
         kind = obj.get("kind", "Pod")
         body = {
@@ -855,7 +907,7 @@ class StandIn:
             "firstTimestamp": _now(),
             "lastTimestamp": _now(),
             "source": {
-                "component": "kubelet" if kind == "Pod" else "trainjob-controller",
+                "component": component or ("kubelet" if kind == "Pod" else "trainjob-controller"),
                 "host": NODE_NAME,
             },
         }

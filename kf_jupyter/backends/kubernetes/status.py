@@ -11,6 +11,7 @@ from typing import Any
 from ...constants import LAUNCHER_JOB, NODE_JOB, QUEUE_LABEL, SUSPENDED_BY_USER_ANNOTATION
 from ...types import COMPLETE, CREATED, FAILED, RUNNING, SUSPENDED
 from .pods import pod_phase, pod_source
+from .waiting import waiting_reason
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -58,7 +59,7 @@ def job_status(
             running_nodes >= num_nodes or (launcher_up and running_nodes >= num_nodes - 1)
         ):
             return RUNNING, "", ""
-        return CREATED, "", ""
+        return (CREATED, *(waiting_reason(pods) or ("", "")))
     trainer_jobs = [
         js
         for js in (obj.get("status") or {}).get("jobsStatus") or []

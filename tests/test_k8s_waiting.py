@@ -1,0 +1,132 @@
+"""Why a TrainJob waits (unschedulable, image pull, initializers, Kueue), from its pods: the
+pure derivation, and on the API server harness with the stand-in producing those pod states."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def _pod(rjob: str, phase: str = "Pending", **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"j-{rjob}-0-0",
+            "labels": {
+                "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+                "batch.kubernetes.io/job-completion-index": "0",
+            },
+        },
+        "spec": {
+            "containers": [
+                {"name": "node" if rjob in ("node", "launcher") else rjob, "image": "img:1"}
+            ]
+        },
+        "status": {"phase": phase, **status},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pods", "reason", "text"),
+    [
+        (
+            [_pod("node", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}])],
+            "Unschedulable",
+            "node-0 cannot be scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        ),
+        (
+            [_pod("node", containerStatuses=[{"name": "node", "image": "reg.invalid/x:1",
+                                              "state": {"waiting": {"reason": "ImagePullBackOff",
+                                                                    "message": "Back-off pulling image"}}}])],
+            "ImagePullBackOff",
+            "node-0 cannot pull its image reg.invalid/x:1: Back-off pulling image",
+        ),
+        (
+            [_pod("dataset-initializer", "Running"), _pod("node")],
+            "Initializing",
+            "Waiting for the runtime's initializers: dataset-initializer Running.",
+        ),
+        ([_pod("node")], "", ""),
+    ],
+    ids=["unschedulable", "image-pull", "initializers", "just-pending"],
+)  # fmt: skip
+def test_why_a_job_waits(pods: list[Any], reason: str, text: str) -> None:
+    from kf_jupyter.backends.kubernetes.status import job_status
+
+    assert job_status({}, pods, 1) == ("Created", reason, text)
+
+
+# -- on the API server harness ---------------------------------------------------------------
+
+
+@pytest.fixture
+def backend(k8s_admin_kubeconfig: str, k8s_namespace: str, k8s_standin: Any) -> Any:
+    from kf_jupyter.backends.kubernetes.backend import KubernetesBackend
+    from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
+
+    cfg = KubernetesBackendConfig(namespace=k8s_namespace, config_file=k8s_admin_kubeconfig)
+    return KubernetesBackend(cfg)
+
+
+def _waiting(backend: Any, name: str, reason: str) -> Any:
+    import time
+
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        job = backend.get_job(name)
+        if job.reason == reason:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"{name}: no {reason} (last: {job.status} {job.reason} {job.message})")
+
+
+@pytest.mark.slow
+def test_a_job_asking_for_a_gpu_no_node_has_says_so(backend: Any) -> None:
+    from kf_jupyter import TorchTrainer
+    from kf_jupyter.options import TrainerCommand
+
+    trainer = TorchTrainer(num_nodes=1, resources_per_node={"gpu": 1})
+    name = backend.train(trainer, options=[TrainerCommand(["bash", "-c", "echo hi"])])
+    job = _waiting(backend, name, "Unschedulable")
+    assert job.status == "Created"
+    assert (
+        "node-0 cannot be scheduled" in job.message and "Insufficient nvidia.com/gpu" in job.message
+    )
+    events = backend.get_job_events(name)
+    assert any(e.reason == "FailedScheduling" and "nvidia.com/gpu" in e.message for e in events)
+    listed = {j.name: j for j in backend.list_jobs()}
+    assert listed[name].reason == "Unschedulable"
+
+
+@pytest.mark.slow
+def test_an_image_that_cannot_be_pulled_is_named(backend: Any) -> None:
+    from kf_jupyter import TorchTrainer
+    from kf_jupyter.options import TrainerCommand
+
+    image = "registry.example.invalid/team/trainer:1.0"
+    trainer = TorchTrainer(num_nodes=1, image=image)
+    name = backend.train(trainer, options=[TrainerCommand(["bash", "-c", "echo hi"])])
+    job = _waiting(backend, name, "ImagePullBackOff")
+    assert job.status == "Created" and f"cannot pull its image {image}" in job.message
+    assert any(e.reason in ("Failed", "BackOff") for e in backend.get_job_events(name))
+
+
+def test_kf_jobs_and_the_monitor_say_why_a_job_waits() -> None:
+    from kf_jupyter.magics.render import JOB_HEADERS, job_rows
+    from kf_jupyter.types import TrainJob
+
+    job = TrainJob("a", "Created", "kubernetes", reason="Queued", message="Waiting in queue 'q'")
+    assert job_rows([job])[0][JOB_HEADERS.index("status")] == "Created (Queued)"
+    pytest.importorskip("ipywidgets")
+    from kf_jupyter.widgets.monitor import JobMonitor
+
+    class Client:
+        backend_name = "kubernetes"
+
+        def get_job(self, name: str) -> TrainJob:
+            return job
+
+    monitor = JobMonitor(Client(), "a", records=[], poll_status=False)
+    monitor._apply_job(job)
+    assert "Queued: Waiting in queue &#x27;q&#x27;" in monitor._header_html()
