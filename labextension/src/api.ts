@@ -109,6 +109,14 @@ export async function deleteJob(t: ITarget, name: string): Promise<void> {
   await request(`jobs/${encodeURIComponent(name)}`, queryString(targetParams(t)), { method: 'DELETE' });
 }
 
+/** Suspend (stop its pods or processes, keep the job) or resume a job. */
+export async function setSuspended(t: ITarget, name: string, suspend: boolean): Promise<void> {
+  const action = suspend ? 'suspend' : 'resume';
+  await request(`jobs/${encodeURIComponent(name)}/${action}`, queryString(targetParams(t)), {
+    method: 'POST'
+  });
+}
+
 export async function getJobEvents(t: ITarget, name: string): Promise<IJobEvent[]> {
   const r = await getJSON<{ events: IJobEvent[] }>(
     `jobs/${encodeURIComponent(name)}/events`,

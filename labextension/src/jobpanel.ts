@@ -100,7 +100,7 @@ export class JobPanel extends Widget {
     const head = h(
       'header',
       { className: 'kf-JobPanel-header' },
-      h('h2', { className: 'kf-JobPanel-title' }, this.jobName, ' ', this._badge),
+      h('h2', { className: 'kf-JobPanel-title' }, this.jobName, ' ', this._badge, ' ', this._suspendButton()),
       this._summary,
       this._message,
       this._error
@@ -206,7 +206,37 @@ export class JobPanel extends Widget {
     }
   }
 
+  /** Suspend / Resume: stop the job's pods or processes and keep the job, or start them again. */
+  private _suspendButton(): HTMLButtonElement {
+    this._suspend = h('button', {
+      className: 'kf-suspend jp-Button jp-mod-styled jp-mod-minimal',
+      type: 'button',
+      disabled: true
+    }, 'Suspend');
+    this._suspend.addEventListener('click', () => void this._toggleSuspend());
+    return this._suspend;
+  }
+
+  private async _toggleSuspend(): Promise<void> {
+    const suspend = this._status !== 'Suspended';
+    this._suspend.disabled = true;
+    try {
+      await api.setSuspended(this.target, this.jobName, suspend);
+      this._showError(null);
+    } catch (e) {
+      this._showError(`${suspend ? 'Suspend' : 'Resume'} failed: ${(e as Error).message ?? e}`);
+    }
+    await this._statusPoller.refresh();
+  }
+
   private _renderJob(job: IJob): void {
+    this._status = job.status;
+    this._suspend.textContent = job.status === 'Suspended' ? 'Resume' : 'Suspend';
+    this._suspend.title =
+      job.status === 'Suspended'
+        ? 'Start the job again (same workspace and environment)'
+        : 'Stop the job\'s processes (pods) and keep the job; Resume starts them again';
+    this._suspend.disabled = isFinished(job.status);
     setBadge(this._badge, job.status, statusKey(job.status));
     const rows: [string, string][] = [
       ['Framework', job.framework || '-'],
@@ -436,6 +466,8 @@ export class JobPanel extends Widget {
   private _finished = false;
   private _userScrollUntil = 0;
   private _badge!: HTMLSpanElement;
+  private _suspend!: HTMLButtonElement;
+  private _status = '';
   private _summary!: HTMLDListElement;
   private _message!: HTMLDivElement;
   private _error!: HTMLDivElement;

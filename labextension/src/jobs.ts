@@ -5,8 +5,8 @@
 
 import type { ITrainerStatus } from './progress';
 
-export type JobStatus = 'Created' | 'Running' | 'Complete' | 'Failed';
-export const JOB_STATUSES: JobStatus[] = ['Created', 'Running', 'Complete', 'Failed'];
+export type JobStatus = 'Created' | 'Running' | 'Suspended' | 'Complete' | 'Failed';
+export const JOB_STATUSES: JobStatus[] = ['Created', 'Running', 'Suspended', 'Complete', 'Failed'];
 
 export interface IStep {
   name: string;

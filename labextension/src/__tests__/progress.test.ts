@@ -1,3 +1,4 @@
+import { isFinished, statusKey } from '../jobs';
 import { MetricSeries, parseReport } from '../metrics';
 import { formatEta, numericMetrics, progressText, TrainerStatusFeed } from '../progress';
 
@@ -38,5 +39,12 @@ describe('TrainerStatusFeed', () => {
     expect(series.points('loss')).toEqual([{ step: 5, value: 1 }]);
     expect(series.points('lr')).toEqual([{ step: 5, value: 0.01 }]);
     expect(series.progress).toBe(0.5);
+  });
+});
+
+describe('Suspended', () => {
+  it('is a known status with its own badge, not a finished one', () => {
+    expect(statusKey('Suspended')).toBe('suspended');
+    expect(isFinished('Suspended')).toBe(false);
   });
 });
