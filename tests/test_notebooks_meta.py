@@ -28,6 +28,7 @@ NOTEBOOKS = [
     "05-config-and-options.ipynb",
     "06-kubernetes.ipynb",
     "07-metrics.ipynb",
+    "08-progress.ipynb",
 ]
 TRAIN_MAGICS = ("%%torchtrain", "%%mpitrain", "%%jaxtrain", "%%xgboosttrain")
 WIDGET = "application/vnd.jupyter.widget-view+json"
