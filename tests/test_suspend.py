@@ -58,6 +58,7 @@ def test_suspend_stops_the_ranks_and_resume_after_a_kernel_restart_starts_them_a
     client.suspend_job(name)
     job = client.get_job(name)
     assert job.status == SUSPENDED and job.reason == "Suspended"
+    assert {s.status for s in job.steps} == {SUSPENDED}  # stopped, not failed
     assert_no_orphans(name)  # every rank stopped
     assert supervisor_alive(client.backend, name)  # the job is kept
     before = _log(client, name)

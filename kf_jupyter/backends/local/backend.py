@@ -390,7 +390,9 @@ class LocalBackend:
         steps = []
         for pname, info in sorted((st.get("processes") or {}).items()):
             code = info.get("exit_code")
-            if code is None:
+            if st.get("status") == SUSPENDED:
+                pstatus = SUSPENDED  # stopped by the suspension, not failed
+            elif code is None:
                 pstatus = RUNNING if st.get("status") == RUNNING else st.get("status", CREATED)
             else:
                 pstatus = COMPLETE if code == 0 else FAILED
