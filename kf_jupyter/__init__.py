@@ -20,6 +20,7 @@ from .errors import (
     JobFailedError,
     JobNotFoundError,
     JobRejectedError,
+    JobStateError,
     KFJupyterError,
     NamespaceNotFoundError,
     OptionError,
@@ -33,7 +34,7 @@ from .errors import (
 from .report import parse_report, report
 from .runtimes import Runtime, resolve_runtime, select_runtime
 from .trainers import BaseTrainer, JAXTrainer, MPITrainer, TorchTrainer, XGBoostTrainer
-from .types import Event, LogRecord, Step, TrainJob
+from .types import Event, LogRecord, Step, TrainerStatus, TrainJob
 
 if TYPE_CHECKING:
     from .backends.kubernetes.config import KubernetesBackendConfig
@@ -88,6 +89,7 @@ __all__ = [
     "JobMonitor",
     "JobNotFoundError",
     "JobRejectedError",
+    "JobStateError",
     "KFJupyterError",
     "KubernetesBackendConfig",
     "LocalBackendConfig",
@@ -108,6 +110,7 @@ __all__ = [
     "TrainJob",
     "TrainerClient",
     "TrainerNotInstalledError",
+    "TrainerStatus",
     "ValidationError",
     "WaitTimeoutError",
     "XGBoostTrainer",

@@ -65,3 +65,7 @@ class JobRejectedError(BackendError):
 
 class PackageInstallError(BackendError):
     """Installing the RuntimeConfig's packages failed."""
+
+
+class JobStateError(BackendError):
+    """The job is not in a state that allows this (suspend a finished job, resume a queued one)."""

@@ -324,6 +324,12 @@ def test_suspend_and_resume_a_job_through_the_server(
     assert_error(fetch(API, "jobs", name, "suspend", **post), 404, "JobNotFoundError")
 
 
+def test_suspending_a_finished_job_is_409(fetch: Callable, done_job: str) -> None:
+    post = {"method": "POST", "body": b"", "params": {"backend": "local"}}
+    message = assert_error(fetch(API, "jobs", done_job, "suspend", **post), 409, "JobStateError")
+    assert "cannot be suspended" in message
+
+
 # -- errors -------------------------------------------------------------------------------------
 
 

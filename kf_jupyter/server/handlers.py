@@ -25,6 +25,7 @@ from ..errors import (
     ClusterUnreachableError,
     ForbiddenError,
     JobNotFoundError,
+    JobStateError,
     KFJupyterError,
     NamespaceNotFoundError,
     RuntimeNotFoundError,
@@ -55,6 +56,8 @@ def status_of(exc: BaseException) -> int:
         return 403
     if isinstance(exc, JobNotFoundError | RuntimeNotFoundError | NamespaceNotFoundError):
         return 404
+    if isinstance(exc, JobStateError):
+        return 409
     if isinstance(
         exc, ClusterUnreachableError | TrainerNotInstalledError | BackendUnavailableError
     ):

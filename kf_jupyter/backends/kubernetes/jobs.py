@@ -19,9 +19,9 @@ from ...constants import (
     VERSION,
 )
 from ...errors import (
-    BackendError,
     JobFailedError,
     JobNotFoundError,
+    JobStateError,
     NamespaceNotFoundError,
     ValidationError,
     WaitTimeoutError,
@@ -201,7 +201,7 @@ class JobsMixin(RuntimesMixin):
         verb = "suspended" if suspend else "resumed"
         status = job_status(obj, None, 1)[0]
         if status in TERMINAL:
-            raise BackendError(
+            raise JobStateError(
                 f"TrainJob {name!r} is {status}, so it cannot be {verb}: only a job that has not "
                 "finished can. Run it again instead."
             )
@@ -209,7 +209,7 @@ class JobsMixin(RuntimesMixin):
         by_user = (meta.get("annotations") or {}).get(SUSPENDED_BY_USER_ANNOTATION) == "true"
         queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
         if not suspend and queue and not by_user and (obj.get("spec") or {}).get("suspend"):
-            raise BackendError(
+            raise JobStateError(
                 f"TrainJob {name!r} waits in Kueue queue {queue!r}: Kueue resumes it when it "
                 "admits it. Look at the queue with kubectl get localqueue, workloads."
             )

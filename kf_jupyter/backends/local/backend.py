@@ -31,6 +31,7 @@ from ...errors import (
     BackendError,
     JobFailedError,
     JobNotFoundError,
+    JobStateError,
     RuntimeNotFoundError,
     ValidationError,
     WaitTimeoutError,
@@ -617,7 +618,7 @@ class LocalBackend:
         status = st.get("status", CREATED)
         verb = "suspended" if suspend else "resumed"
         if status in TERMINAL:
-            raise BackendError(
+            raise JobStateError(
                 f"Job {name!r} is {status}, so it cannot be {verb}: only a Created, Running or "
                 "Suspended job can. Run it again instead."
             )
