@@ -21,17 +21,15 @@ replaces the job's `trainer-status.json` (as the Trainer's server-side apply rep
 
 from __future__ import annotations
 
+import base64
 import contextlib
-import hmac
 import json
 import os
-import secrets
 import shutil
-import ssl
+import socket
 import subprocess
 import threading
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 NAMESPACE = "local"
@@ -147,67 +145,43 @@ def make_certificate(directory: str) -> tuple[str, str] | None:
 
 
 class StatusEndpoint:
-    """Serves one job's status endpoint on 127.0.0.1 from a daemon thread (see the module doc)."""
+    """Serves one job's status endpoint on 127.0.0.1 from a daemon thread (see the module doc).
+
+    The token, the certificate and the listening socket are ready when the constructor returns
+    (so the URL and files can go into the ranks' env at once); the HTTP and TLS machinery is
+    imported and served from the thread, while the supervisor starts the ranks (a request that
+    comes first waits in the socket's backlog).
+    """
 
     def __init__(self, job_dir: str, name: str) -> None:
         self.job_dir = job_dir
         self.path = status_path(NAMESPACE, name)
         self.dir = os.path.join(job_dir, "trainer")
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        self.token = secrets.token_urlsafe(32)
+        self.token = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
         self.token_file = os.path.join(self.dir, "token")
         fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as fh:
             fh.write(self.token)
         self.lock = threading.Lock()
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            server_version = "kf-jupyter-status"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # the ranks' logs are the user's; requests are not logged
-
-            def _answer(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _refuse(self, code: int, reason: str, message: str) -> None:
-                self._answer(code, _status_body(code, reason, message))
-
-            def do_POST(self) -> None:
-                endpoint.handle(self)
-
-            def _not_allowed(self) -> None:
-                if self.path.split("?")[0] == endpoint.path:
-                    self._refuse(405, "MethodNotAllowed", "Method not allowed")
-                else:
-                    self._refuse(404, "NotFound", "Not found")
-
-            do_GET = do_PUT = do_PATCH = do_DELETE = _not_allowed
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        tls = make_certificate(self.dir)
-        self.ca_cert: str | None = None
-        if tls is not None:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(*tls)
-            # The handshake happens in the request's thread, so a slow client cannot stall the rest.
-            self.server.socket = ctx.wrap_socket(
-                self.server.socket, server_side=True, do_handshake_on_connect=False
-            )
-            self.ca_cert = tls[0]
-        scheme = "https" if tls else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}{self.path}"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, name="kf-status-endpoint", daemon=True
-        )
+        self.tls = make_certificate(self.dir)
+        self.ca_cert = self.tls[0] if self.tls else None
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        scheme = "https" if self.tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.sock.getsockname()[1]}{self.path}"
+        self.server: Any = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name="kf-status-endpoint", daemon=True)
         self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            self.server = _make_server(self)
+        finally:
+            self.ready.set()
+        self.server.serve_forever()
 
     def env(self) -> dict[str, str]:
         """The variables every rank gets (the CA only over https)."""
@@ -224,6 +198,8 @@ class StatusEndpoint:
                 return
             auth = req.headers.get("Authorization") or ""
             scheme, _, token = auth.partition(" ")
+            import hmac
+
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                 token.strip().encode(), self.token.encode()
             ):
@@ -266,6 +242,58 @@ class StatusEndpoint:
 
     def close(self) -> None:
         """Stop serving (the supervisor is ending)."""
+        self.ready.wait(10)
         with contextlib.suppress(Exception):
             self.server.shutdown()
+        with contextlib.suppress(Exception):
             self.server.server_close()
+        with contextlib.suppress(Exception):
+            self.sock.close()
+
+
+def _make_server(endpoint: StatusEndpoint) -> Any:
+    """The HTTP(S) server on the endpoint's socket (imports http.server and ssl: ~80 ms)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "kf-jupyter-status"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # the ranks' logs are the user's; requests are not logged
+
+        def _answer(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _refuse(self, code: int, reason: str, message: str) -> None:
+            self._answer(code, _status_body(code, reason, message))
+
+        def do_POST(self) -> None:
+            endpoint.handle(self)
+
+        def _not_allowed(self) -> None:
+            if self.path.split("?")[0] == endpoint.path:
+                self._refuse(405, "MethodNotAllowed", "Method not allowed")
+            else:
+                self._refuse(404, "NotFound", "Not found")
+
+        do_GET = do_PUT = do_PATCH = do_DELETE = _not_allowed
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+    server.daemon_threads = True
+    server.socket.close()
+    sock: Any = endpoint.sock
+    if endpoint.tls is not None:
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*endpoint.tls)
+        # The handshake happens in the request's thread, so a slow client cannot stall the rest.
+        sock = ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+    server.socket = sock
+    server.server_address = sock.getsockname()
+    return server
