@@ -4,6 +4,8 @@ the Trainer's and JobSet's part (pods deleted on suspend, new pods on resume).""
 from __future__ import annotations
 
 import http.server
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -45,7 +47,10 @@ def _pods(backend: Any, name: str) -> list[Any]:
     return backend._list_pods(pod_selector(name))
 
 
-def test_suspend_deletes_the_pods_and_resume_recreates_them(backend: Any, tmp_path: Path) -> None:
+def test_suspend_deletes_the_pods_and_resume_after_a_kernel_restart_recreates_them(
+    backend: Any, tmp_path: Path, k8s_admin_kubeconfig: str
+) -> None:
+    kubeconfig = k8s_admin_kubeconfig
     gate = tmp_path / "gate"
     script = f'echo "run $(date +%s%N)"; while [ ! -e {gate} ]; do sleep 0.1; done; echo finished'
     name = backend.train(
@@ -58,7 +63,13 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them(backend: Any, tmp_pa
     assert job.status == SUSPENDED and job.reason == "Suspended"
     _until(lambda: not _pods(backend, name), 60, "the pods to be deleted")
     assert backend.get_job(name).status == SUSPENDED  # the job is kept
-    backend.resume_job(name)
+    # Resumed from another process (a restarted kernel): only the cluster holds the state.
+    code = (
+        "from kf_jupyter import TrainerClient, KubernetesBackendConfig\n"
+        f"TrainerClient(KubernetesBackendConfig(namespace={backend.namespace!r}, "
+        f"config_file={kubeconfig!r})).resume_job({name!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
     _until(
         lambda: [p for p in _pods(backend, name) if p["metadata"]["uid"] != first], 120, "new pods"
     )
