@@ -84,7 +84,9 @@ def bare_python(tmp_path_factory) -> Path:
     return d / "bin"
 
 
-def _run_prelude(script: str, bin_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+def _run_prelude(
+    script: str, bin_dir: Path, tmp_path: Path, index_urls: list[str] | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(
         PATH=f"{bin_dir}:/usr/bin:/bin",
@@ -92,16 +94,16 @@ def _run_prelude(script: str, bin_dir: Path, tmp_path: Path) -> subprocess.Compl
         PIP_NO_CACHE_DIR="1",
         TMPDIR=str(tmp_path),
     )
+    env.update(program.index_env(index_urls or []))  # as spec.trainer.env gives them
     return subprocess.run(
         ["bash", "-c", "set -e\n" + script], env=env, capture_output=True, text=True, timeout=300
     )
 
 
 def test_installs_extras_from_several_indexes_without_pip(index, bare_python, tmp_path) -> None:
-    script = program.pip_prelude(
-        ["kfj-demo-a[fast]", "kfj-demo-b==1.0"], [f"{index}/simple", f"{index}/other"]
-    )
-    proc = _run_prelude(script, bare_python, tmp_path)
+    urls = [f"{index}/simple", f"{index}/other"]
+    script = program.pip_prelude(["kfj-demo-a[fast]", "kfj-demo-b==1.0"], urls)
+    proc = _run_prelude(script, bare_python, tmp_path, urls)
     assert proc.returncode == 0, proc.stderr
     check = subprocess.run(
         [
@@ -117,7 +119,7 @@ def test_installs_extras_from_several_indexes_without_pip(index, bare_python, tm
 
 def test_failure_says_so_in_one_line_with_the_pip_log(index, tmp_path) -> None:
     script = program.pip_prelude(["kfj-no-such-package"], [f"{index}/simple"])
-    proc = _run_prelude(script, Path(sys.executable).parent, tmp_path)
+    proc = _run_prelude(script, Path(sys.executable).parent, tmp_path, [f"{index}/simple"])
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
     assert lines[0] == (

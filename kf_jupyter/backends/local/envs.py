@@ -131,6 +131,16 @@ def _link_base_site(python: str, env_python: Path, target: Path) -> None:
     Path(env_site, "_kf_jupyter_base.pth").write_text("".join(lines))
 
 
+def _pip_index_env(index_urls: Sequence[str]) -> dict[str, str]:
+    """PIP_INDEX_URL / PIP_EXTRA_INDEX_URL for these index URLs (first, then the others)."""
+    env: dict[str, str] = {}
+    if index_urls:
+        env["PIP_INDEX_URL"] = index_urls[0]
+    if len(index_urls) > 1:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(index_urls[1:])
+    return env
+
+
 _TORCHRUN = '#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n'
 
 
@@ -160,9 +170,9 @@ def layered_env(
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-            idx: list[str] = []
-            for i, url in enumerate(index_urls):
-                idx += ["--index-url" if i == 0 else "--extra-index-url", url]
+            # Index URLs (maybe with credentials) go to pip through its environment, never its
+            # argv: every local user can read a process's command line.
+            pip_env = {**os.environ, **_pip_index_env(index_urls), "PIP_REQUIRE_VIRTUALENV": "0"}
             pip = None
             if venv.returncode == 0:
                 _link_base_site(python, env_python, target)
@@ -177,12 +187,11 @@ def layered_env(
                         "--disable-pip-version-check",
                         "--no-input",
                         "--no-warn-script-location",
-                        *idx,
                         *packages,
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, "PIP_REQUIRE_VIRTUALENV": "0"},
+                    env=pip_env,
                 )
         if venv.returncode != 0 or pip is None or pip.returncode != 0:
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
