@@ -153,12 +153,15 @@ def materialise(source: str, args_json: str, runner: str, subdir: str = "") -> s
         head += f'kfj_dir="$kfj_dir{subdir}"\n'
     return (
         head
+        # owner-only (the job store is private whatever the umask); the job keeps its umask
+        + 'kfj_umask="$(umask)"; umask 077\n'
         + 'mkdir -p "$kfj_dir"\n'
         + (
             f"printf '%s' {quote(source)} >\"$kfj_dir/kf_func.py\"\n"
             f"printf '%s' {quote(args_json)} >\"$kfj_dir/kf_args.json\"\n"
             f"printf '%s' {quote(runner)} >\"$kfj_dir/kf_entry.py\"\n"
         )
+        + 'umask "$kfj_umask"\n'
     )
 
 

@@ -91,7 +91,7 @@ def env_key(python: str, packages: Sequence[str], index_urls: Sequence[str]) -> 
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -152,6 +152,7 @@ def layered_env(
     Raises PackageInstallError (with the end of pip's log, credentials masked) if pip fails.
     """
     envs_dir.mkdir(parents=True, exist_ok=True)
+    envs_dir.chmod(0o700)  # pip's logs may name the index; only the owner reads the store
     key = env_key(python, packages, index_urls)
     target = envs_dir / key
     env_python = target / "bin" / "python"
@@ -164,7 +165,9 @@ def layered_env(
         if target.exists():
             shutil.rmtree(target)
         log_path = envs_dir / f"{key}.pip.log"
-        with open(log_path, "wb") as log:
+        with os.fdopen(
+            os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb"
+        ) as log:
             venv = subprocess.run(
                 [python, "-m", "venv", "--system-site-packages", "--without-pip", str(target)],
                 stdout=log,
