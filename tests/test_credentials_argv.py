@@ -216,3 +216,53 @@ def test_cluster_command_pip_step_keeps_the_password_out_of_argv(auth_index, tmp
         text=True,
     )
     assert out.stdout.strip() == "42"
+
+
+@pytest.mark.reliability(
+    scenario="index URL with a password kept in a Kubernetes Secret (env PIP_INDEX_URL as a "
+    "SecretRef): the TrainJob holds only the reference; the pip step run with the Secret's "
+    "value in its env installs, the password in no argv",
+    area="hostile",
+    tries=1,
+)
+def test_index_url_from_a_secret_ref(auth_index, tmp_path) -> None:
+    from kf_jupyter import SecretRef, ValidationError
+
+    rc = RuntimeConfig(
+        packages_to_install=["kfj-demo-a"],
+        env={"PIP_INDEX_URL": SecretRef("pypi-credentials", "index-url")},
+    )
+    rt = Runtime(name="torch-distributed", framework="torch", ml_policy="torch")
+    st = build_trainjob(TorchTrainer(func=wait_for_release), rt, rc)["spec"]["trainer"]
+    assert PASSWORD not in str(st)
+    assert st["env"] == [
+        {
+            "name": "PIP_INDEX_URL",
+            "valueFrom": {"secretKeyRef": {"name": "pypi-credentials", "key": "index-url"}},
+        }
+    ]
+    both = RuntimeConfig(
+        packages_to_install=["kfj-demo-a"],
+        pip_index_urls=["https://pypi.example.com/simple"],
+        env={"PIP_INDEX_URL": SecretRef("pypi-credentials", "index-url")},
+    )
+    with pytest.raises(ValidationError, match="given twice"):
+        build_trainjob(TorchTrainer(func=wait_for_release), rt, both)
+    # The container gets PIP_INDEX_URL from the Secret (the kubelet resolves valueFrom).
+    venv_dir = tmp_path / "img"
+    subprocess.run([sys.executable, "-m", "venv", str(venv_dir)], check=True)
+    script = "set -e\n" + program.pip_prelude(rc.packages, rc.index_urls)
+    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    proc_env.update(
+        PIP_INDEX_URL=auth_index,
+        PATH=f"{venv_dir / 'bin'}:/usr/bin:/bin",
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_CACHE_DIR="1",
+        TMPDIR=str(tmp_path),
+    )
+    with CmdlineScanner() as scan:
+        proc = subprocess.run(
+            ["bash", "-c", script], env=proc_env, capture_output=True, text=True, timeout=300
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert scan.saw("pip", "install") and not scan.leaks, scan.leaks[:3]
