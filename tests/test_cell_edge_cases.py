@@ -27,15 +27,16 @@ def _error(result):
     area="hostile",
     tries=4,
 )
-@pytest.mark.parametrize("magic", ["torchtrain", "mpitrain", "jaxtrain", "xgboosttrain"])
-def test_lone_surrogate_is_a_clear_error(shell, capsys, magic):  # noqa: F811
-    result, out, err = run(shell, capsys, f"%%{magic}\nimport os\nx = 'a\ud800b'\nprint(x)\n")
-    exc = _error(result)
-    assert isinstance(exc, KFMagicError), repr(exc)
-    text = str(exc)
-    assert "lone surrogate" in text and "U+D800" in text and "line 3, column 7" in text
-    assert "UnicodeEncodeError" not in out + err and "Traceback" not in out + err
-    assert local_jobs(shell) == []
+def test_lone_surrogate_is_a_clear_error(shell, capsys):  # noqa: F811
+    for magic in ("torchtrain", "mpitrain", "jaxtrain", "xgboosttrain"):
+        cell = f"%%{magic}\nimport os\nx = 'a\ud800b'\nprint(x)\n"
+        result, out, err = run(shell, capsys, cell)
+        exc = _error(result)
+        assert isinstance(exc, KFMagicError), f"%%{magic}: {exc!r}"
+        text = str(exc)
+        assert "lone surrogate" in text and "U+D800" in text and "line 3, column 7" in text
+        assert "UnicodeEncodeError" not in out + err and "Traceback" not in out + err
+        assert local_jobs(shell) == []
 
 
 @pytest.mark.reliability(

@@ -133,7 +133,7 @@ def wait_for_release(release: str) -> int:
     tries=1,
 )
 def test_mpi_job_and_layered_env_build_keep_the_password_out_of_every_argv(
-    client, auth_index, tmp_path, monkeypatch
+    client, auth_index, tmp_path, monkeypatch, record_property
 ) -> None:
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
@@ -166,6 +166,7 @@ def test_mpi_job_and_layered_env_build_keep_the_password_out_of_every_argv(
         _wait(lambda: scan.scans > first + 3, "a few more full scans while the ranks wait")
         release.touch()
         client.wait_for_job_status(names[0], timeout=180)
+    record_property("full_process_table_scans", scan.scans)
     assert client.get_job_result(names[0]) == 42  # the package came from the password index
     assert not scan.leaks, f"the password is in a command line: {scan.leaks[:3]}"
 

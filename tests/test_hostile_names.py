@@ -223,7 +223,8 @@ urls = st.one_of(
 
 @pytest.mark.reliability(
     scenario="package names and pip index URLs: invalid ones refused with the rule; valid ones "
-    "reach pip as exact argv words when the generated bash script runs (no canary file)",
+    "reach pip exactly when the generated bash script runs: packages as argv words, index URLs "
+    "in pip's environment only, never in the script (no canary file)",
     area="hostile",
 )
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
