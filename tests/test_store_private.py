@@ -19,6 +19,8 @@ from kf_jupyter import RuntimeConfig, TorchTrainer
 from kf_jupyter.backends.local.config import LocalBackendConfig
 from kf_jupyter.client import TrainerClient
 
+from .test_pip_prelude import index  # noqa: F401
+
 pytestmark = pytest.mark.slow
 
 
@@ -104,3 +106,25 @@ def test_existing_open_store_is_tightened_on_first_use(tmp_path) -> None:
     assert [j.name for j in again.list_jobs()] == [name]
     bad = [b for b in _not_private(state) if "/tmp/" not in b]
     assert not bad, bad
+
+
+@pytest.mark.reliability(
+    scenario="umask 000, a layered package environment built in the store (venv, pip, pip's "
+    "log, lock, torchrun shim): nothing in it readable by group or others",
+    area="local",
+    tries=1,
+)
+def test_layered_env_is_owner_only_with_umask_000(tmp_path, index, umask_000) -> None:  # noqa: F811
+    import sys
+
+    from kf_jupyter.backends.local.envs import layered_env
+
+    envs = tmp_path / "state" / "envs"
+    python = layered_env(sys.executable, ["kfj-demo-a"], [f"{index}/simple"], envs)
+    assert python.exists()
+    open_to_others = [
+        f"{p.relative_to(envs)}: {oct(stat.S_IMODE(p.lstat().st_mode))}"
+        for p in [envs, *envs.rglob("*")]
+        if not p.is_symlink() and stat.S_IMODE(p.lstat().st_mode) & 0o077
+    ]
+    assert not open_to_others, open_to_others[:10]

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -128,7 +129,9 @@ def _link_base_site(python: str, env_python: Path, target: Path) -> None:
         for d in _site_dirs(str(env_python))
         if d.startswith(str(target)) and d.endswith("site-packages")
     )
-    Path(env_site, "_kf_jupyter_base.pth").write_text("".join(lines))
+    pth = Path(env_site, "_kf_jupyter_base.pth")
+    pth.write_text("".join(lines))
+    pth.chmod(0o600)
 
 
 def _pip_index_env(index_urls: Sequence[str]) -> dict[str, str]:
@@ -139,6 +142,17 @@ def _pip_index_env(index_urls: Sequence[str]) -> dict[str, str]:
     if len(index_urls) > 1:
         env["PIP_EXTRA_INDEX_URL"] = " ".join(index_urls[1:])
     return env
+
+
+def _owner_only(root: Path) -> None:
+    """Remove group and other permission bits from everything under `root` (links skipped)."""
+    for d, dirs, files in os.walk(root):
+        for entry in [*dirs, *files]:
+            path = os.path.join(d, entry)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if not stat.S_ISLNK(mode) and mode & 0o077:
+                    os.chmod(path, stat.S_IMODE(mode) & ~0o077)
 
 
 _TORCHRUN = '#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n'
@@ -172,6 +186,7 @@ def layered_env(
                 [python, "-m", "venv", "--system-site-packages", "--without-pip", str(target)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                umask=0o077,  # the store is owner-only (docs/local-backend.md)
             )
             # Index URLs (maybe with credentials) go to pip through its environment, never its
             # argv: every local user can read a process's command line.
@@ -195,6 +210,7 @@ def layered_env(
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=pip_env,
+                    umask=0o077,
                 )
         if venv.returncode != 0 or pip is None or pip.returncode != 0:
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
@@ -209,6 +225,8 @@ def layered_env(
         torchrun = target / "bin" / "torchrun"
         if not torchrun.exists():
             torchrun.write_text(_TORCHRUN.format(python=env_python))
-            torchrun.chmod(0o755)
+            torchrun.chmod(0o700)
+        _owner_only(target)  # venv copies its activate scripts 0644 whatever the umask
         ready.write_text(json.dumps({"packages": sorted(packages)}))
+        ready.chmod(0o600)
     return env_python
