@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,7 @@ class CmdlineScanner:
                 if line:
                     self.seen.add(line[:400])
             self.scans += 1
+            time.sleep(0.01)  # a scan every ~10 ms catches pip (>0.5 s); 2 shared cores
 
     def saw(self, *needles: str) -> bool:
         """Some scanned command line held all `needles` (the scan did see the process)."""
@@ -104,6 +106,69 @@ class CmdlineScanner:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+
+
+#: The scan run by an unprivileged user (stdlib only, for the system python3): until `stop`
+#: exists, read every /proc/PID/cmdline; then write what it saw to `result.json`.
+_NOBODY_SCAN = r"""
+import json, os, sys, time
+out, secret = sys.argv[1], os.environ["KFJ_SCAN_SECRET"].encode()
+leaks, seen, scans = [], set(), 0
+while not os.path.exists(os.path.join(out, "stop")):
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        line = raw.replace(b"\0", b" ").decode(errors="replace")
+        if secret in raw:
+            leaks.append(line[:300])
+        if line:
+            seen.add(line[:400])
+    scans += 1
+    time.sleep(0.01)
+with open(os.path.join(out, "result.json"), "w") as fh:
+    json.dump({"leaks": leaks, "seen": sorted(seen), "scans": scans, "uid": os.getuid()}, fh)
+"""
+
+
+class UnprivilegedScanner:
+    """The same scan as another, unprivileged user (nobody), as a local attacker would run it."""
+
+    def __init__(self) -> None:
+        import shutil
+        import tempfile
+
+        self.python = shutil.which("python3", path="/usr/bin:/bin")
+        if os.geteuid() != 0 or shutil.which("setpriv") is None or self.python is None:
+            pytest.skip("needs root and setpriv to scan as the unprivileged user nobody")
+        self.dir = Path(tempfile.mkdtemp(prefix="kfj-scan-", dir="/tmp"))
+        os.chown(self.dir, 65534, 65534)
+        self.result: dict = {}
+
+    def __enter__(self) -> UnprivilegedScanner:
+        self.proc = subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             self.python, "-I", "-c", _NOBODY_SCAN, str(self.dir)],
+            env={"PATH": "/usr/bin:/bin", "KFJ_SCAN_SECRET": PASSWORD},  # not in its own argv
+        )  # fmt: skip
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import json
+        import shutil
+
+        (self.dir / "stop").touch()
+        self.proc.wait(timeout=60)
+        self.result = json.loads((self.dir / "result.json").read_text())
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def saw(self, *needles: str) -> bool:
+        """Some command line the unprivileged scan read held all `needles`."""
+        return any(all(n in s for n in needles) for s in self.result.get("seen", []))
 
 
 def _wait(cond, what: str, timeout: float = 180.0) -> None:
@@ -128,7 +193,8 @@ def wait_for_release(release: str) -> int:
 
 @pytest.mark.reliability(
     scenario="index URL with a password, MPI job whose package is built into a layered env: the "
-    "password is in no process's /proc/PID/cmdline (pip of the build, mpirun, ranks) while it runs",
+    "password is in no process's /proc/PID/cmdline (pip of the build, mpirun, ranks) while it "
+    "runs, scanned by the test and by the unprivileged user nobody",
     area="hostile",
     tries=1,
 )
@@ -151,7 +217,7 @@ def test_mpi_job_and_layered_env_build_keep_the_password_out_of_every_argv(
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    with CmdlineScanner() as scan:
+    with UnprivilegedScanner() as nobody, CmdlineScanner() as scan:
         t = threading.Thread(target=submit)
         t.start()
         # (b) the layered environment is built while train() runs: pip is seen by the scan.
@@ -167,8 +233,11 @@ def test_mpi_job_and_layered_env_build_keep_the_password_out_of_every_argv(
         release.touch()
         client.wait_for_job_status(names[0], timeout=180)
     record_property("full_process_table_scans", scan.scans)
+    record_property("scans_as_nobody", nobody.result["scans"])
     assert client.get_job_result(names[0]) == 42  # the package came from the password index
     assert not scan.leaks, f"the password is in a command line: {scan.leaks[:3]}"
+    assert nobody.result["uid"] == 65534 and nobody.saw("mpirun") and nobody.saw("kf_entry.py")
+    assert not nobody.result["leaks"], nobody.result["leaks"][:3]
 
 
 @pytest.mark.reliability(
