@@ -238,6 +238,13 @@ def test_mpi_job_and_layered_env_build_keep_the_password_out_of_every_argv(
     assert not scan.leaks, f"the password is in a command line: {scan.leaks[:3]}"
     assert nobody.result["uid"] == 65534 and nobody.saw("mpirun") and nobody.saw("kf_entry.py")
     assert not nobody.result["leaks"], nobody.result["leaks"][:3]
+    # Nor is it in any file of the job store (job.json, plan.json, logs, pip's log).
+    written = [
+        str(p)
+        for p in client.backend.state_dir.rglob("*")
+        if p.is_file() and not p.is_symlink() and PASSWORD.encode() in p.read_bytes()
+    ]
+    assert not written, written
 
 
 @pytest.mark.reliability(
