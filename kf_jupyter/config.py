@@ -98,11 +98,13 @@ def mask_url(url: str) -> str:
     path with an '@' in it is masked too: hiding too much is the safe side). A user name is
     kept when it is plain (`user:****@host`); a lone token is hidden (`****@host`).
     """
-    if "://" not in url:
-        if "@" in url:  # no scheme: still never print what may be credentials
-            return f"****@{url.rpartition('@')[2]}"
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # no scheme: still never print what may be credentials
+        scheme, rest = "", url
+    if "@" not in rest:
         return url
-    return mask_secrets(url)
+    userinfo, _, host = rest.rpartition("@")
+    return f"{scheme}{sep}{_mask_userinfo(userinfo)}@{host}"
 
 
 def mask_secrets(text: str) -> str:
@@ -110,6 +112,8 @@ def mask_secrets(text: str) -> str:
 
     A URL runs from its scheme to the next whitespace; its userinfo up to the last '@' in it.
     """
+    if "://" not in text:
+        return text
     out: list[str] = []
     pos = 0
     while True:
