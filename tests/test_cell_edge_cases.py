@@ -57,6 +57,12 @@ def test_ten_megabyte_cell_is_refused_fast(shell, capsys, record_property):  # n
     assert "kf-jupyter:" in out + err and "Traceback" not in out + err
     assert seconds < 5.0, f"refusing a 10 MB cell took {seconds:.1f} s"
     assert local_jobs(shell) == []
+    # Called directly (no input transformers: nbclient-style or `run_cell_magic`), the same.
+    t0 = time.monotonic()
+    with pytest.raises(KFMagicError, match="131,071"):
+        shell.run_cell_magic("mpitrain", "", body)
+    assert time.monotonic() - t0 < 5.0
+    assert local_jobs(shell) == []
 
 
 def test_cell_just_over_the_limit_is_refused_with_the_same_message(shell, capsys):  # noqa: F811
