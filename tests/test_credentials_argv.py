@@ -114,7 +114,16 @@ _NOBODY_SCAN = r"""
 import json, os, sys, time
 out, secret = sys.argv[1], os.environ["KFJ_SCAN_SECRET"].encode()
 leaks, seen, scans = [], set(), 0
+
+
+def dump():
+    with open(os.path.join(out, "result.tmp"), "w") as fh:
+        json.dump({"leaks": leaks, "seen": sorted(seen), "scans": scans, "uid": os.getuid()}, fh)
+    os.replace(os.path.join(out, "result.tmp"), os.path.join(out, "result.json"))
+
+
 while not os.path.exists(os.path.join(out, "stop")):
+    before = (len(seen), len(leaks))
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -129,9 +138,10 @@ while not os.path.exists(os.path.join(out, "stop")):
         if line:
             seen.add(line[:400])
     scans += 1
+    if (len(seen), len(leaks)) != before or scans == 1:
+        dump()  # what it saw so far, for the test to wait on
     time.sleep(0.01)
-with open(os.path.join(out, "result.json"), "w") as fh:
-    json.dump({"leaks": leaks, "seen": sorted(seen), "scans": scans, "uid": os.getuid()}, fh)
+dump()
 """
 
 
@@ -167,8 +177,16 @@ class UnprivilegedScanner:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def saw(self, *needles: str) -> bool:
-        """Some command line the unprivileged scan read held all `needles`."""
-        return any(all(n in s for n in needles) for s in self.result.get("seen", []))
+        """Some command line the unprivileged scan read held all `needles` (so far)."""
+        result = self.result
+        if not result:  # still running: what it has written so far
+            import json
+
+            try:
+                result = json.loads((self.dir / "result.json").read_text())
+            except (OSError, ValueError):
+                return False
+        return any(all(n in s for n in needles) for s in result.get("seen", []))
 
 
 def _wait(cond, what: str, timeout: float = 180.0) -> None:
@@ -228,6 +246,7 @@ def test_mpi_job_and_layered_env_build_keep_the_password_out_of_every_argv(
         # (a) mpirun and its ranks run until released.
         _wait(lambda: scan.saw("mpirun"), "mpirun to be seen by the scan")
         _wait(lambda: scan.saw("kf_entry.py"), "the ranks to be seen by the scan")
+        _wait(lambda: nobody.saw("mpirun") and nobody.saw("kf_entry.py"), "the nobody scan")
         first = scan.scans
         _wait(lambda: scan.scans > first + 3, "a few more full scans while the ranks wait")
         release.touch()
