@@ -24,6 +24,7 @@ class Step:
     exit_code: int | None = None
     pid: int | None = None
     device: str = "cpu"
+    pod_name: str | None = None
 
 
 @dataclass

@@ -174,6 +174,7 @@ def pod_step(pod: dict[str, Any]) -> Step:
         rank=index if rjob == NODE_JOB else None,
         exit_code=exit_code,
         device="gpu" if gpu else "cpu",
+        pod_name=pod.get("metadata", {}).get("name"),
     )
 
 
