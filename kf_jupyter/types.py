@@ -25,6 +25,7 @@ class Step:
     pid: int | None = None
     device: str = "cpu"
     pod_name: str | None = None
+    device_count: str | None = None
 
 
 @dataclass

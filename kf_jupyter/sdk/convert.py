@@ -157,7 +157,7 @@ def to_sdk_job(job: KFTrainJob, runtime: Runtime) -> TrainJob:
                 status=status,
                 pod_name=getattr(s, "pod_name", None) or s.name,
                 device=s.device or UNKNOWN,
-                device_count=count,
+                device_count=getattr(s, "device_count", None) or count,
             )
         )
     steps.sort(key=lambda st: _step_order(st.name))
