@@ -191,3 +191,5 @@ def test_magic_runtime_flag_takes_the_cluster_name(shell, capsys) -> None:
     shell.run_cell("%kf_runtimes")
     table = capsys.readouterr().out
     assert "deepspeed-distributed" in table and "local-torch" not in table
+    tune = next(ln for ln in table.splitlines() if ln.startswith("torchtune-llama3.2-1b"))
+    assert tune.rstrip().endswith("cluster only")

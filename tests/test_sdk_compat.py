@@ -630,3 +630,15 @@ def test_initializer_is_written_on_a_cluster(k8s_client, k8s_cluster) -> None:
     assert model["storageUri"] == "hf://org/model"
     assert {"name": "IGNORE_PATTERNS", "value": "*.msgpack,*.h5,*.bin,*.pt,*.pth"} in model["env"]
     k8s_client.delete_job(name)
+
+
+def test_importing_the_sdk_layer_stays_light() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kf_jupyter.sdk, kf_jupyter.sdk.options\n"
+        "heavy = [m for m in ('kubernetes', 'kubeflow', 'ipywidgets', 'torch') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...constants import CLUSTER_RUNTIME_KIND, FRAMEWORK_LABEL
+from ...constants import CLUSTER_RUNTIME_KIND, FRAMEWORK_LABEL, LOCAL_UNSUPPORTED_ANNOTATION
 from ...errors import RuntimeNotFoundError, ValidationError
 from ...runtimes import Runtime
 
@@ -34,7 +34,7 @@ LOCAL_RUNTIME_KIND = "LocalRuntime"
 
 MANIFESTS_ENV = "KF_TRAINER_MANIFESTS"
 _INITIALIZER_JOBS = ("dataset-initializer", "model-initializer")
-_JOBS_ANNOTATION = "kf-jupyter.io/initializer-jobs"
+_JOBS_ANNOTATION = LOCAL_UNSUPPORTED_ANNOTATION
 
 #: The default install of Kubeflow Trainer v2.3.0 (base/runtimes): name, framework label,
 #: ML policy, numNodes, numProcPerNode, the replicated jobs besides the trainer.
