@@ -533,6 +533,77 @@ def test_getting_started_torch_ddp_runs_locally_for_real(client) -> None:
     check_getting_started(client, job_id, lines)
 
 
+# -- SDK code for the other frameworks does its own set-up, as the SDK sets nothing up --------
+
+
+def train_xgboost(rounds: int = 5) -> None:
+    import os
+
+    import numpy as np
+    import xgboost as xgb
+    from xgboost import collective
+    from xgboost.tracker import RabitTracker
+
+    rank = int(os.environ["DMLC_TASK_ID"])
+    world = int(os.environ["DMLC_NUM_WORKER"])
+    host, port = os.environ["DMLC_TRACKER_URI"], int(os.environ["DMLC_TRACKER_PORT"])
+    tracker = None
+    if rank == 0:  # rank 0 starts the tracker, as Kubeflow's XGBoost example does
+        tracker = RabitTracker(host_ip=host, n_workers=world, port=port)
+        tracker.start()
+    with collective.CommunicatorContext(
+        dmlc_tracker_uri=host, dmlc_tracker_port=port, dmlc_task_id=str(rank)
+    ):
+        rng = np.random.default_rng(rank)
+        x = rng.normal(size=(200, 4))
+        dtrain = xgb.DMatrix(x, (x[:, 0] > 0).astype(int))
+        booster = xgb.train({"objective": "binary:logistic", "tree_method": "hist"}, dtrain, rounds)
+        print(
+            f"worker {collective.get_rank()} of {collective.get_world_size()}: "
+            f"{booster.num_boosted_rounds()} rounds"
+        )
+    if tracker is not None:
+        tracker.wait_for()
+
+
+def train_jax() -> None:
+    import os
+
+    import jax
+
+    jax.distributed.initialize(
+        coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+        num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+        process_id=int(os.environ["JAX_PROCESS_ID"]),
+    )
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+
+    total = multihost_utils.process_allgather(jnp.array([jax.process_index()])).sum()
+    print(f"process {jax.process_index()} of {jax.process_count()}: sum {int(total)}")
+
+
+@pytest.mark.slow
+def test_xgboost_code_with_its_own_tracker_runs_locally(client) -> None:
+    job = client.train(
+        runtime=client.get_runtime("xgboost-distributed"),
+        trainer=CustomTrainer(func=train_xgboost, func_args={"rounds": 3}, num_nodes=2),
+    )
+    assert client.wait_for_job_status(job, timeout=300).status == "Complete"
+    assert "worker 0 of 2: 3 rounds" in list(client.get_job_logs(job))
+    assert "worker 1 of 2: 3 rounds" in list(client.get_job_logs(job, step="node-1"))
+
+
+@pytest.mark.slow
+def test_jax_code_that_initializes_itself_runs_locally(client) -> None:
+    job = client.train(
+        runtime="jax-distributed", trainer=CustomTrainer(func=train_jax, num_nodes=2)
+    )
+    assert client.wait_for_job_status(job, timeout=300).status == "Complete"
+    assert "process 0 of 2: sum 1" in list(client.get_job_logs(job))
+    assert "process 1 of 2: sum 1" in list(client.get_job_logs(job, step="node-1"))
+
+
 # -- the same snippets against the real API server (tests/k8s_cluster) -------------------------
 
 
