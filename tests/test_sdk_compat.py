@@ -604,6 +604,32 @@ def test_jax_code_that_initializes_itself_runs_locally(client) -> None:
     assert "process 1 of 2: sum 1" in list(client.get_job_logs(job, step="node-1"))
 
 
+def mpi_hello() -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    total = comm.allreduce(comm.Get_rank(), op=MPI.SUM)
+    print(f"rank {comm.Get_rank()} of {comm.Get_size()}: sum {total}")
+
+
+def check_mpi_job(client: TrainerClient, job: str) -> None:
+    done = client.wait_for_job_status(job, timeout=300)
+    assert done.status == "Complete"
+    # the SDK names the launcher node-0; it prints every rank, as mpirun forwards them
+    assert sorted(client.get_job_logs(job)) == ["rank 0 of 2: sum 1", "rank 1 of 2: sum 1"]
+    assert client.get_job(job).steps[0].name == "node-0"
+
+
+@pytest.mark.slow
+def test_mpi_snippet_runs_locally(client) -> None:
+    job = client.train(
+        runtime=client.get_runtime("deepspeed-distributed"),
+        trainer=CustomTrainer(func=mpi_hello, num_nodes=2),
+    )
+    check_mpi_job(client, job)
+    assert [s.name for s in client.get_job(job).steps] == ["node-0"]  # one local mpirun
+
+
 # -- the same snippets against the real API server (tests/k8s_cluster) -------------------------
 
 
@@ -713,3 +739,17 @@ def test_importing_the_sdk_layer_stays_light() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.slow
+def test_mpi_snippet_on_the_api_server_names_steps_as_the_sdk(k8s_client) -> None:
+    job = k8s_client.train(
+        runtime="deepspeed-distributed", trainer=CustomTrainer(func=mpi_hello, num_nodes=2)
+    )
+    check_mpi_job(k8s_client, job)
+    steps = k8s_client.get_job(job).steps
+    # runLauncherAsNode: the launcher is the first of the 2 nodes, one node pod more
+    assert [s.name for s in steps] == ["node-0", "node-1"]
+    assert "-launcher-0-0" in steps[0].pod_name and "-node-0-0" in steps[1].pod_name
+    assert list(k8s_client.get_job_logs(job, step="node-1")) == []  # a worker runs sshd only
+    k8s_client.delete_job(job)
