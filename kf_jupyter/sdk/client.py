@@ -22,7 +22,6 @@ from ..types import STATUSES
 from ..types import TrainJob as KFTrainJob
 from .convert import (
     InitializerOption,
-    backend_config,
     placeholder_runtime,
     runtime_config,
     to_sdk_event,
@@ -30,6 +29,7 @@ from .convert import (
     to_sdk_runtime,
     to_trainer,
 )
+from .convert import backend_config as to_backend_config
 from .options import from_sdk_option
 from .types import DEFAULT_TRAINING_RUNTIME, CustomTrainer, Event, Runtime, TrainJob
 
@@ -66,7 +66,7 @@ class TrainerClient:
     """
 
     def __init__(self, backend_config: Any = None) -> None:
-        self.client = KFTrainerClient(_backend_config(backend_config))
+        self.client = KFTrainerClient(to_backend_config(backend_config))
         self.backend = self.client.backend
 
     @property
@@ -257,10 +257,6 @@ class TrainerClient:
             return self.client.get_runtime(job.runtime).ml_policy
         except RuntimeNotFoundError:
             return "mpi" if job.framework in _MPI_FRAMEWORKS else job.framework
-
-
-def _backend_config(config: Any) -> Any:
-    return backend_config(config)
 
 
 def _as_list(options: Iterable[Any] | None) -> list[Any]:

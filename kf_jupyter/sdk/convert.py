@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from ..backends.kubernetes.config import KubernetesBackendConfig
 from ..backends.local.config import LocalBackendConfig
 from ..config import RuntimeConfig
-from ..constants import CLUSTER_RUNTIME_KIND, RUNTIME_KIND
+from ..constants import RUNTIME_KIND
 from ..errors import ValidationError
 from ..runtimes import Runtime as KFRuntime
 from ..trainers import BaseTrainer, JAXTrainer, MPITrainer, TorchTrainer, XGBoostTrainer
@@ -115,11 +115,8 @@ def to_sdk_runtime(rt: KFRuntime, backend: str) -> Runtime:
         trainer.set_command(("tune", "run"))
     else:
         trainer.set_command(_COMMANDS.get(rt.ml_policy, ("python3",)))
-    kind = (
-        RuntimeKind.TRAINING_RUNTIME
-        if rt.kind == RUNTIME_KIND
-        else (RuntimeKind.CLUSTER_TRAINING_RUNTIME)
-    )
+    namespaced = rt.kind == RUNTIME_KIND
+    kind = RuntimeKind.TRAINING_RUNTIME if namespaced else RuntimeKind.CLUSTER_TRAINING_RUNTIME
     return Runtime(name=rt.name, trainer=trainer, kind=kind, source=rt)
 
 
@@ -352,7 +349,6 @@ class InitializerOption:
 
 
 __all__ = [
-    "CLUSTER_RUNTIME_KIND",
     "ContainerBackendConfig",
     "InitializerOption",
     "LocalProcessBackendConfig",
