@@ -193,3 +193,13 @@ def test_magic_runtime_flag_takes_the_cluster_name(shell, capsys) -> None:
     assert "deepspeed-distributed" in table and "local-torch" not in table
     tune = next(ln for ln in table.splitlines() if ln.startswith("torchtune-llama3.2-1b"))
     assert tune.rstrip().endswith("cluster only")
+
+
+def test_offline_cluster_dry_run_names_the_default_installs_runtime(shell, capsys, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    result = shell.run_cell("%%mpitrain --backend kubernetes --dry-run\nprint(1)\n")
+    out = capsys.readouterr()
+    assert result.success, out.out + out.err
+    job = next(d for d in yaml.safe_load_all(out.out) if d and d.get("kind") == "TrainJob")
+    assert job["spec"]["runtimeRef"]["name"] == "deepspeed-distributed"  # no mpi-distributed
+    assert "cannot be reached" in out.err
