@@ -202,4 +202,5 @@ def test_offline_cluster_dry_run_names_the_default_installs_runtime(shell, capsy
     assert result.success, out.out + out.err
     job = next(d for d in yaml.safe_load_all(out.out) if d and d.get("kind") == "TrainJob")
     assert job["spec"]["runtimeRef"]["name"] == "deepspeed-distributed"  # no mpi-distributed
+    assert job["metadata"]["annotations"]["kf-jupyter.io/framework"] == "deepspeed"
     assert "cannot be reached" in out.err

@@ -372,8 +372,11 @@ class KubeflowMagics(Magics):
             from ..runtimes import Runtime, select_runtime
 
             # The runtime a default Trainer install would give this trainer.
-            rt_name = args.runtime or select_runtime(trainer, local_runtimes()).name
-            runtime = Runtime(name=rt_name, framework=trainer.framework, ml_policy=trainer.policy)
+            defaults = {r.name: r for r in local_runtimes()}
+            rt_name = args.runtime or select_runtime(trainer, defaults.values()).name
+            runtime = defaults.get(rt_name) or Runtime(
+                name=rt_name, framework=trainer.framework, ml_policy=trainer.policy
+            )
             plan = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
             why = str(exc).split(". ")[0] if isinstance(exc, KFJupyterError) else "not available"
             print(
