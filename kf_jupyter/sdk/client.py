@@ -159,13 +159,8 @@ class TrainerClient:
             return {}
 
     def _job(self, job: KFTrainJob, runtimes: dict[str, KFRuntime] | None = None) -> TrainJob:
-        if runtimes is not None:
-            rt = runtimes.get(job.runtime)
-        else:
-            try:
-                rt = self.client.get_runtime(job.runtime) if job.runtime else None
-            except RuntimeNotFoundError:
-                rt = None
+        # by the listed names: a job of an old alias (local-torch) keeps its name, no warning
+        rt = (self._runtimes() if runtimes is None else runtimes).get(job.runtime)
         runtime = (
             self._sdk_runtime(rt)
             if rt is not None
@@ -253,10 +248,10 @@ class TrainerClient:
         return (ln for ln in lines if not ln.startswith(PROTOCOL_PREFIX))
 
     def _policy(self, job: KFTrainJob) -> str:
-        try:
-            return self.client.get_runtime(job.runtime).ml_policy
-        except RuntimeNotFoundError:
-            return "mpi" if job.framework in _MPI_FRAMEWORKS else job.framework
+        rt = self._runtimes().get(job.runtime)
+        if rt is not None:
+            return rt.ml_policy
+        return "mpi" if job.framework in _MPI_FRAMEWORKS else job.framework
 
 
 def _as_list(options: Iterable[Any] | None) -> list[Any]:
