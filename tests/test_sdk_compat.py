@@ -753,3 +753,17 @@ def test_mpi_snippet_on_the_api_server_names_steps_as_the_sdk(k8s_client) -> Non
     assert "-launcher-0-0" in steps[0].pod_name and "-node-0-0" in steps[1].pod_name
     assert list(k8s_client.get_job_logs(job, step="node-1")) == []  # a worker runs sshd only
     k8s_client.delete_job(job)
+
+
+def test_helpers_match_the_sdks(capsys) -> None:
+    from kf_jupyter import parse_report
+
+    assert sdk.update_trainjob_status(progress_percent=40, metrics={"loss": 0.5, "note": "x"})
+    record = parse_report(capsys.readouterr().out.strip())
+    assert record == {"step": None, "progress": 0.4, "metrics": {"loss": 0.5}}
+    kf = real_sdk()
+    for args in ((1, "2x2"), (2, "2x4"), (1, "2x2x4"), (3, "4x4", 8), (1, "1x1")):
+        assert sdk.get_tpu_num_nodes(*args) == kf.get_tpu_num_nodes(*args)
+    for bad in ((0, "2x2"), (1, "2"), (1, "2x3", 4)):
+        with pytest.raises(ValueError):
+            sdk.get_tpu_num_nodes(*bad)

@@ -32,6 +32,7 @@ from .types import (
     TrainerType,
     TrainJob,
 )
+from .utils import get_tpu_num_nodes, update_trainjob_status
 
 __all__ = [
     "DATASET_PATH",
@@ -55,4 +56,6 @@ __all__ = [
     "TrainJob",
     "TrainerClient",
     "TrainerType",
+    "get_tpu_num_nodes",
+    "update_trainjob_status",
 ]
