@@ -27,7 +27,7 @@ from kf_jupyter.sdk import (
     LocalProcessBackendConfig,
     TrainerClient,
 )
-from kf_jupyter.sdk.convert import RuntimeFrameworkTrainer, backend_config, to_trainer
+from kf_jupyter.sdk.configs import backend_config
 from kf_jupyter.sdk.options import (
     Labels,
     Name,
@@ -36,6 +36,7 @@ from kf_jupyter.sdk.options import (
     from_sdk_option,
     patch_to_dict,
 )
+from kf_jupyter.sdk.trainers import RuntimeFrameworkTrainer, to_trainer
 
 
 @pytest.fixture

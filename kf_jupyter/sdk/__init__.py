@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..backends.kubernetes.config import KubernetesBackendConfig
 from .client import JobFailedError, TrainerClient
-from .convert import ContainerBackendConfig, LocalProcessBackendConfig
+from .configs import ContainerBackendConfig, LocalProcessBackendConfig
 from .types import (
     DATASET_PATH,
     MODEL_PATH,

@@ -20,18 +20,12 @@ from ..options import TrainerCommand
 from ..runtimes import Runtime as KFRuntime
 from ..types import STATUSES
 from ..types import TrainJob as KFTrainJob
-from .convert import (
-    InitializerOption,
-    placeholder_runtime,
-    runtime_config,
-    to_sdk_event,
-    to_sdk_job,
-    to_sdk_runtime,
-    to_trainer,
-)
-from .convert import backend_config as to_backend_config
+from .configs import backend_config as to_backend_config
+from .initializers import InitializerOption
 from .options import from_sdk_option
+from .trainers import runtime_config, to_trainer
 from .types import DEFAULT_TRAINING_RUNTIME, CustomTrainer, Event, Runtime, TrainJob
+from .views import placeholder_runtime, to_sdk_event, to_sdk_job, to_sdk_runtime
 
 PROTOCOL_PREFIX = "##kf-jupyter:"
 _NODE_STEP = re.compile(r"node-(\d+)")
