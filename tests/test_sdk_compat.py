@@ -768,3 +768,43 @@ def test_helpers_match_the_sdks(capsys) -> None:
     for bad in ((0, "2x2"), (1, "2"), (1, "2x3", 4)):
         with pytest.raises(ValueError):
             sdk.get_tpu_num_nodes(*bad)
+
+
+def plain_hello() -> None:
+    import os
+
+    print(f"plain node {os.environ.get('JOB_COMPLETION_INDEX', '?')} says hello")
+
+
+@pytest.mark.slow
+def test_runtime_without_a_known_policy_on_the_api_server(k8s_client, k8s_cluster) -> None:
+    from kubernetes import client as k8s
+
+    custom = k8s.CustomObjectsApi(k8s_cluster.api_client())
+    base = custom.get_cluster_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "torch-distributed"
+    )
+    spec = dict(base["spec"], mlPolicy={"numNodes": 1})  # plain ML: no framework policy
+    custom.create_namespaced_custom_object(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        k8s_client.backend.namespace,
+        "trainingruntimes",
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainingRuntime",
+            "metadata": {
+                "name": "sklearn-plain",
+                "labels": {"trainer.kubeflow.org/framework": "sklearn"},
+            },
+            "spec": spec,
+        },
+    )
+    rt = k8s_client.get_runtime("sklearn-plain")
+    assert rt.kind == sdk.RuntimeKind.TRAINING_RUNTIME and rt.trainer.framework == "sklearn"
+    job = k8s_client.train(runtime=rt, trainer=CustomTrainer(func=plain_hello, num_nodes=2))
+    assert k8s_client.wait_for_job_status(job, timeout=300).status == "Complete"
+    assert any("says hello" in ln for ln in k8s_client.get_job_logs(job))
+    assert any("says hello" in ln for ln in k8s_client.get_job_logs(job, step="node-1"))
+    assert k8s_client.get_job(job).runtime.name == "sklearn-plain"
+    k8s_client.delete_job(job)
