@@ -42,8 +42,9 @@ _KFJ_STATUS_INTERVAL = 5.0
 _KFJ_STATUS_STATE = {}
 
 
-def _kfj_status_body(step, progress, metrics, now, state):
-    """The trainerStatus of one report (ETA from the progress rate since the first report)."""
+def _kfj_status_body(step, progress, metrics, now, state, eta=None):
+    """The trainerStatus of one report (ETA: `eta` if given, else from the progress rate since
+    the first report)."""
     import datetime
     import math
 
@@ -58,6 +59,8 @@ def _kfj_status_body(step, progress, metrics, now, state):
             status["estimatedRemainingSeconds"] = int(min(remaining, 2**31 - 1))
         elif p >= 1.0:
             status["estimatedRemainingSeconds"] = 0
+    if isinstance(eta, (int, float)) and not isinstance(eta, bool) and math.isfinite(eta):
+        status["estimatedRemainingSeconds"] = int(min(max(eta, 0), 2**31 - 1))
     items = [(str(k), v) for k, v in metrics.items()]
     if step is not None:
         items.append(("step", step))
@@ -129,7 +132,7 @@ def _kfj_status_flush(state):
         _kfj_status_post(body)
 
 
-def _kfj_status_report(step, progress, metrics):
+def _kfj_status_report(step, progress, metrics, eta=None):
     """Queue one report for the status endpoint (rank 0 only, when the endpoint exists)."""
     try:
         if not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") or _kfj_rank() != 0:
@@ -145,7 +148,7 @@ def _kfj_status_report(step, progress, metrics):
                 target=_kfj_status_loop, args=(state,), name="kf-status", daemon=True
             ).start()
             atexit.register(_kfj_status_flush, state)
-        body = _kfj_status_body(step, progress, metrics, time.monotonic(), state)
+        body = _kfj_status_body(step, progress, metrics, time.monotonic(), state, eta)
         with state["cond"]:
             state["pending"] = body
             state["cond"].notify()
@@ -169,7 +172,7 @@ def _kfj_redirect_logs(rank):
     if not log_dir:
         return
     fd = os.open(
-        os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
     )
     sys.stdout.flush()
     sys.stderr.flush()
@@ -216,6 +219,9 @@ def _kfj_call_xgboost(func, kwargs, rank):
     return result
 
 
+_KFJ_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC  # result file: owner-only (0600)
+
+
 def _kfj_publish(result):
     try:
         text = json.dumps(result, allow_nan=True)
@@ -227,10 +233,10 @@ def _kfj_publish(result):
 
         tmp = path + ".tmp"
         try:
-            with open(tmp, "wb") as fh:
+            with os.fdopen(os.open(tmp, _KFJ_PRIVATE, 0o600), "wb") as fh:
                 pickle.dump(result, fh)
         except Exception:
-            with open(tmp, "wb") as fh:
+            with os.fdopen(os.open(tmp, _KFJ_PRIVATE, 0o600), "wb") as fh:
                 pickle.dump(json.loads(text), fh)
         os.replace(tmp, path)
     print(_KFJ_RESULT + text, flush=True)

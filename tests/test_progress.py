@@ -340,3 +340,22 @@ def test_kf_jobs_rows_show_progress_and_eta() -> None:
     rows = job_rows(jobs)
     col = JOB_HEADERS.index("progress")
     assert [r[col] for r in rows] == ["45% · ETA 3m 05s", "-"]
+
+
+def test_the_sdk_layer_posts_what_the_official_call_would(endpoint: Any, monkeypatch: Any) -> None:
+    """kf_jupyter.sdk.update_trainjob_status: the report() line, and the exact trainerStatus."""
+    import time
+
+    from kf_jupyter.sdk import update_trainjob_status
+
+    for key, value in endpoint.env().items():
+        monkeypatch.setenv(key, value)
+    assert update_trainjob_status(
+        progress_percent=30, estimated_remaining_seconds=9, metrics={"acc": 0.5, "phase": "warm-up"}
+    )
+    end = time.monotonic() + 20  # posted from a daemon thread, at most once per 5 s
+    while stored(endpoint) is None and time.monotonic() < end:
+        time.sleep(0.05)
+    ts = parse_trainer_status(stored(endpoint)["trainerStatus"])
+    assert ts is not None and (ts.progress_percentage, ts.estimated_remaining_seconds) == (30, 9)
+    assert ts.metrics == {"acc": "0.5", "phase": "warm-up"}
