@@ -33,6 +33,10 @@ class BackendUnavailableError(BackendError):
     """A backend cannot be used from this server (its Python package is missing)."""
 
 
+class TooManyStreamsError(BackendError):
+    """Every log-stream slot is taken (HTTP 503 until one closes)."""
+
+
 def validate_backend(value: str | None) -> str:
     """The `backend` query argument: `local` (default) or `kubernetes`."""
     if value in (None, ""):
@@ -107,17 +111,23 @@ class KFJupyterServer(LoggingConfigurable):
         """Reserve a log-stream slot; the returned event tells its pump thread to stop."""
         with self._streams_lock:
             if self._closed or len(self._streams) >= self.max_log_streams:
-                raise BackendError(
+                if self._closed:
+                    raise TooManyStreamsError(
+                        "The kf-jupyter server is shutting down and opens no more log streams. "
+                        "Reload the page once the Jupyter server is back."
+                    )
+                raise TooManyStreamsError(
                     f"The kf-jupyter server already serves {len(self._streams)} log streams "
                     f"(the limit, c.KFJupyterServer.max_log_streams, is {self.max_log_streams}). "
-                    "Close some log panels, or raise the limit."
+                    "Close some log panels or browser tabs and retry, or raise the limit in "
+                    "jupyter_server_config.py."
                 )
             stop = threading.Event()
             self._streams.add(stop)
             return stop
 
     def close_stream(self, stop: threading.Event) -> None:
-        """Release a slot taken by open_stream and tell its pump to stop."""
+        """Release a slot taken by open_stream and tell its pump to stop (idempotent)."""
         stop.set()
         with self._streams_lock:
             self._streams.discard(stop)

@@ -701,6 +701,7 @@ class KubernetesBackend:
         step: str | None = None,
         follow: bool = False,
         tail_lines: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[LogRecord]:
         """Log lines of every pod of the job (node-N, launcher, ...), each tagged with its source.
 
@@ -715,7 +716,7 @@ class KubernetesBackend:
         if follow:
             from .logs import LogFollower
 
-            return LogFollower(self, name, step, tail_lines).records()
+            return LogFollower(self, name, step, tail_lines, stop=stop).records()
         return self._static_records(name, step, tail_lines)
 
     def _static_records(

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 ENDED = ("Succeeded", "Failed")
 CLEAN_END_WAIT = 2.0  # a stream ended but the pod has not ended yet: wait this long for news
+STOP_POLL_SECONDS = 0.25  # how often a silent follow checks its consumer's stop event
 
 
 def _terminal(obj: dict[str, Any]) -> bool:
@@ -197,9 +198,16 @@ class LogFollower:
     """`records()` yields the log records of every pod of a job until the job ends."""
 
     def __init__(
-        self, backend: KubernetesBackend, name: str, step: str | None, tail_lines: int | None
+        self,
+        backend: KubernetesBackend,
+        name: str,
+        step: str | None,
+        tail_lines: int | None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.backend = backend
+        #: Set by the consumer (another thread) to end `records()` soon, even while no line comes.
+        self.caller_stop = stop
         self.name = name
         self.step = step
         self.tail_lines = tail_lines
@@ -262,7 +270,12 @@ class LogFollower:
             threads[0].start()
             threads[1].start()
             while True:
-                item = self.q.get()
+                try:
+                    item = self.q.get(timeout=STOP_POLL_SECONDS)
+                except queue.Empty:
+                    if self.caller_stop is not None and self.caller_stop.is_set():
+                        break
+                    continue
                 kind = item[0]
                 if kind == "line":
                     yield item[1]
