@@ -107,8 +107,9 @@ class KFHandler(APIHandler):
         return await self.kf.client(backend, namespace)
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a blocking client call off the event loop."""
-        return await self.kf.run(fn, *args, **kwargs)
+        """Run a blocking client call off the event loop, on the request's backend's pool."""
+        backend, _ = self.target()
+        return await self.kf.run_on(backend, fn, *args, **kwargs)
 
     async def answer(
         self, method: str, *args: Any, render: Callable[[Any], Any], job: str | None = None

@@ -289,7 +289,7 @@ class KubernetesBackend:
 
     def _json(self, where: Where, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Call a client method for its raw JSON answer; failures become kf-jupyter errors."""
-        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        kwargs.setdefault("_request_timeout", self.config.request_timeout or REQUEST_TIMEOUT)
         try:
             resp = fn(*args, _preload_content=False, **kwargs)
             data = resp.data
@@ -500,7 +500,9 @@ class KubernetesBackend:
     def _check_namespace(self) -> None:
         """After an empty list: say so plainly if the namespace does not exist."""
         try:
-            self.core.read_namespace(self.namespace, _request_timeout=REQUEST_TIMEOUT)
+            self.core.read_namespace(
+                self.namespace, _request_timeout=self.config.request_timeout or REQUEST_TIMEOUT
+            )
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 raise NamespaceNotFoundError(
