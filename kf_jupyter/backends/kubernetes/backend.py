@@ -63,6 +63,7 @@ from ...types import (
     TrainJob,
 )
 from ..base import StatusCallback, resolve_runtime_arg, tag_records
+from . import workspace
 from .config import KubernetesBackendConfig
 from .errors import Where, trainer_missing, translate
 from .watch import SYNC, ObjectWatch
@@ -411,9 +412,13 @@ class KubernetesBackend:
     ) -> dict[str, Any]:
         """The TrainJob `train` would create (runtime resolved on the cluster), creating nothing."""
         job = self._build(trainer, runtime, runtime_config, options)
+        carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         # A preview is printed and shown: credentials in index URLs are masked (train() sends
         # the real ones).
-        return mask_object({"backend": self.name, "namespace": self.namespace, "trainjob": job})
+        return mask_object(
+            {"backend": self.name, "namespace": self.namespace, "trainjob": job}
+            | (carrier.preview() if carrier else {})
+        )
 
     def train(
         self,
@@ -424,8 +429,9 @@ class KubernetesBackend:
     ) -> str:
         """Create the TrainJob; return its name."""
         job = self._build(trainer, runtime, runtime_config, options)
+        carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         name = job["metadata"]["name"]
-        self._json(
+        created = self._json(
             Where("create", TRAINJOB_PLURAL, self.namespace, name),
             self.custom.create_namespaced_custom_object,
             GROUP,
@@ -434,6 +440,7 @@ class KubernetesBackend:
             TRAINJOB_PLURAL,
             job,
         )
+        workspace.ship(self, created, carrier)
         log.info("created TrainJob %s/%s", self.namespace, name)
         return str(name)
 
