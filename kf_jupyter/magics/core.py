@@ -410,6 +410,12 @@ class KubeflowMagics(Magics):
             rt_name = args.runtime or f"{trainer.framework}-distributed"
             runtime = Runtime(name=rt_name, framework=trainer.framework, ml_policy=trainer.policy)
             plan = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
+            from ..backends.kubernetes.workspace import prepare
+
+            carrier = prepare(plan, trainer, rc, os.getcwd())
+            if carrier is not None:
+                ns = args.namespace or self.namespace
+                plan = {"trainjob": plan, "namespace": ns, **carrier.preview()}
             why = str(exc).split(". ")[0] if isinstance(exc, KFJupyterError) else "not available"
             print(
                 f"kf-jupyter: the cluster cannot be reached ({why}); this manifest uses runtime "

@@ -21,9 +21,7 @@ from ...constants import API_VERSION, CREATED_BY_LABEL, CREATED_BY_VALUE, TRAINJ
 from ...errors import ValidationError
 from ...workspace import (
     ARCHIVE_KEY,
-    ARCHIVE_PATH,
     CONFIGMAP_MAX_BYTES,
-    ENV_ARCHIVE,
     MOUNT_DIR,
     Snapshot,
     archive,
@@ -97,9 +95,9 @@ def _mount_patch(job: dict[str, Any], mpi: bool) -> None:
             }
         },
     }
+    # No env var: the runner looks for the archive at this fixed path (MPI ranks started over
+    # ssh would not see the container's env anyway).
     job["spec"].setdefault("runtimePatches", []).append(patch)
-    env = job["spec"].setdefault("trainer", {}).setdefault("env", [])
-    env.append({"name": ENV_ARCHIVE, "value": ARCHIVE_PATH})
 
 
 def prepare(
