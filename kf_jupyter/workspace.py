@@ -42,11 +42,19 @@ MOUNT_DIR = "/var/run/kf-jupyter/workspace"
 ARCHIVE_PATH = f"{MOUNT_DIR}/{ARCHIVE_KEY}"
 
 #: Built-in exclusions (gitignore syntax), read before any `.gitignore`, so a `.kfignore` can
-#: bring one back with `!pattern`. Hidden folders cover .git, .venv, .ipynb_checkpoints, caches.
+#: bring one back with `!pattern`. Hidden folders cover .git, .venv, .ipynb_checkpoints, caches;
+#: credential files stay home (on a cluster the workspace is a ConfigMap, not a Secret).
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     ".*/",
     ".env",
     ".env.*",
+    ".netrc",
+    ".pypirc",
+    ".git-credentials",
+    "*.pem",
+    "*.key",
+    "id_rsa*",
+    "id_ed25519*",
     ".DS_Store",
     "__pycache__/",
     "*.py[cod]",
