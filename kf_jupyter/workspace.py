@@ -18,7 +18,6 @@ import io
 import os
 import re
 import stat
-import tarfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -412,6 +411,8 @@ def _check_unchanged_size(snap: Snapshot, total: int) -> None:
 
 def archive(snap: Snapshot) -> bytes:
     """The snapshot's files as one gzip-compressed tar (read now; modes kept, owners dropped)."""
+    import tarfile
+
     buf = io.BytesIO()
     total = 0
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=9) as tar:

@@ -172,3 +172,81 @@ def test_no_workspace_adds_no_patch(backend: Any, tmp_path: Any, monkeypatch: An
     trainer = JAXTrainer(func=rank_report, num_nodes=2, initialize_distributed=False)
     plan = backend.dry_run(trainer, runtime_config=RuntimeConfig(workspace=False))
     assert "configmap" not in plan and "runtimePatches" not in plan["trainjob"]["spec"]
+
+
+def test_configmap_refused_deletes_the_trainjob_again(
+    k8s_cluster: Any,
+    k8s_limited_kubeconfig: str,
+    k8s_namespace: str,
+    tmp_path: Any,
+    monkeypatch: Any,
+) -> None:
+    """A user who may create TrainJobs but not ConfigMaps: the job is not left behind waiting."""
+    from kubernetes import client
+
+    from kf_jupyter import ForbiddenError
+    from kf_jupyter.backends.kubernetes.backend import KubernetesBackend
+    from tests.k8s_cluster.rbac import LIMITED_USER
+
+    api = k8s_cluster.api_client()
+    rbac = client.RbacAuthorizationV1Api(api)
+    rules = [
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["*"]},
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["trainingruntimes"],
+            "verbs": ["get", "list"],
+        },
+    ]
+    rbac.create_namespaced_role(k8s_namespace, {"metadata": {"name": "no-cm"}, "rules": rules})
+    rbac.create_namespaced_role_binding(
+        k8s_namespace,
+        {
+            "metadata": {"name": "no-cm"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-cm"},
+            "subjects": [
+                {"kind": "User", "name": LIMITED_USER, "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
+    monkeypatch.chdir(make_notebook_folder(tmp_path / "nb"))
+    backend = KubernetesBackend(
+        KubernetesBackendConfig(namespace=k8s_namespace, config_file=k8s_limited_kubeconfig)
+    )
+    trainer = JAXTrainer(func=rank_report, num_nodes=2, initialize_distributed=False)
+    with pytest.raises(ForbiddenError, match="configmaps"):
+        backend.train(trainer, runtime="jax-distributed")
+    deadline = time.monotonic() + 30
+    while _trainjobs(api, k8s_namespace):  # deleted again (foreground deletion may take a moment)
+        assert time.monotonic() < deadline, _trainjobs(api, k8s_namespace)
+        time.sleep(0.2)
+
+
+def test_pod_waits_for_its_configmap_then_runs(
+    backend: Any, k8s_standin: Any, k8s_cluster: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """The stand-in kubelet keeps a pod whose ConfigMap is missing Pending (FailedMount)."""
+    from kubernetes import client
+
+    from kf_jupyter.backends.kubernetes import workspace as k8s_ws
+
+    api = k8s_cluster.api_client()
+    core = client.CoreV1Api(api)
+    monkeypatch.chdir(make_notebook_folder(tmp_path / "nb"))
+    held: list[Any] = []
+    monkeypatch.setattr(k8s_ws, "ship", lambda b, created, carrier: held.append((created, carrier)))
+    trainer = JAXTrainer(func=rank_report, num_nodes=1, initialize_distributed=False)
+    name = backend.train(trainer)
+    deadline = time.monotonic() + 60
+    while True:
+        events = core.list_namespaced_event(backend.namespace).items
+        if any(e.reason == "FailedMount" for e in events):
+            break
+        assert time.monotonic() < deadline, "no FailedMount event"
+        time.sleep(0.2)
+    assert backend.get_job(name).status == "Created"
+    monkeypatch.undo()
+    created, carrier = held[0]
+    k8s_ws.ship(backend, created, carrier)
+    assert backend.wait_for_job_status(name, timeout=120).status == "Complete"
+    assert backend.get_job_result(name)["rows"] == 3
