@@ -93,7 +93,15 @@ def _kfj_enter_workspace():
         archive = os.environ.get("KF_JUPYTER_WORKSPACE_ARCHIVE") or _KFJ_ARCHIVE
         if not os.path.isfile(archive):
             return
-        ws = _kfj_unpack_workspace(archive)
+        try:
+            ws = _kfj_unpack_workspace(archive)
+        except OSError as exc:
+            sys.stderr.write(
+                f"kf-jupyter: cannot unpack the notebook's folder (the workspace) from {archive} "
+                f"into a temporary folder ({exc}). Give the container a writable TMPDIR (for "
+                "example --env TMPDIR=/some/writable/dir), or submit with --no-workspace.\n"
+            )
+            raise
         os.environ["KF_JUPYTER_WORKSPACE"] = ws
     os.chdir(ws)
     sys.path.insert(0, ws)

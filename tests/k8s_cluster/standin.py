@@ -673,6 +673,8 @@ class StandIn:
         if pod.argv:
             penv = {**os.environ, "PATH": f"{self._bin_dir}:{os.environ.get('PATH', '')}"}
             penv["HOSTNAME"] = pod.body["spec"].get("hostname", pod.name)
+            (pod.cwd / "tmp").mkdir(exist_ok=True)
+            penv["TMPDIR"] = str(pod.cwd / "tmp")  # a container's own /tmp
             penv.update(env)
             if os.geteuid() == 0 and pod.rjob == "launcher":
                 penv.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
