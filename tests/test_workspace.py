@@ -158,7 +158,7 @@ def test_over_limit_is_one_clear_paragraph(tmp_path):
     with pytest.raises(ValidationError) as err:
         take_snapshot(Workspace(max_bytes=2000), str(root))
     msg = str(err.value)
-    assert "2000 B limit" in msg.replace("2.0 KiB", "2000 B") or "limit" in msg
+    assert "more than the 2.0 KiB limit" in msg and str(root) in msg
     assert "huge.csv" in msg and ".kfignore" in msg and "--no-workspace" in msg
     assert "Nothing was submitted" in msg and "\n" not in msg
 
@@ -350,4 +350,32 @@ def test_magic_in_real_shell_two_torch_nodes(tmp_path, monkeypatch, capsys):
         c = TrainerClient(LocalBackendConfig(state_dir=tmp_path / "state"))
         for job in c.list_jobs():
             c.delete_job(job.name)
+        InteractiveShell.clear_instance()
+
+
+def test_exclude_patterns_and_magic_flags(tmp_path, monkeypatch, capsys):
+    nb = make_notebook_folder(tmp_path / "nb")
+    (nb / "data").mkdir()
+    (nb / "data" / "x.csv").write_text("1\n")
+    names = {f.path for f in take_snapshot(Workspace(exclude=("data/",)), str(nb)).files}
+    assert "datautils.py" in names and "data/x.csv" not in names
+
+    other = make_notebook_folder(tmp_path / "other")
+    (other / "only_here.py").write_text("")
+    monkeypatch.chdir(nb)
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(tmp_path / "state"))
+    sh = InteractiveShell.instance()
+    try:
+        sh.register_magics(KubeflowMagics(shell=sh))
+        sh.run_cell(f"%%jaxtrain --dry-run --workspace {other}\nprint(1)\n")
+        out = capsys.readouterr().out
+        assert f"# workspace: {other} -> " in out and "only_here.py" in out
+        result = sh.run_cell("%%jaxtrain --dry-run --workspace-limit 100\nprint(1)\n")
+        out = capsys.readouterr()
+        assert not result.success and "more than the 100 B limit" in out.out + out.err
+        result = sh.run_cell("%%jaxtrain --dry-run --no-workspace --workspace x\nprint(1)\n")
+        out = capsys.readouterr()
+        assert not result.success and "--no-workspace cannot be combined" in out.out + out.err
+        assert not (tmp_path / "state" / "jobs").exists()
+    finally:
         InteractiveShell.clear_instance()
