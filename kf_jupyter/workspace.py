@@ -424,23 +424,42 @@ def archive(snap: Snapshot) -> bytes:
             info = tarfile.TarInfo(f.path)
             info.size = len(data)
             st = os.stat(path)
-            info.mode = stat.S_IMODE(st.st_mode) | 0o600
+            info.mode = _private_mode(st.st_mode)
             info.mtime = int(st.st_mtime)
             tar.addfile(info, io.BytesIO(data))
     _check_unchanged_size(snap, total)
     return buf.getvalue()
 
 
+def _private_mode(mode: int) -> int:
+    """Owner-only: 0700 when the owner may execute it, else 0600 (the job store is private)."""
+    return 0o700 if mode & stat.S_IXUSR else 0o600
+
+
 def copy_into(snap: Snapshot, dest: str | os.PathLike[str]) -> None:
-    """Copy the snapshot's files into `dest` (created), as they are now."""
+    """Copy the snapshot's files into `dest` (created), as they are now, owner-only."""
     import shutil
 
     out = Path(dest)
-    out.mkdir(parents=True, exist_ok=True)
+    made: set[Path] = set()
+
+    def folder(d: Path) -> None:
+        if d in made:
+            return
+        if d != out:
+            folder(d.parent)
+        d.mkdir(mode=0o700, exist_ok=True)
+        d.chmod(0o700)  # whatever the umask
+        made.add(d)
+
     for f in snap.files:
+        src = os.path.join(snap.root, f.path)
         target = out / f.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(os.path.join(snap.root, f.path), target, follow_symlinks=True)
+        folder(target.parent)
+        shutil.copyfile(src, target, follow_symlinks=True)
+        shutil.copystat(src, target, follow_symlinks=True)  # times (and mode, tightened next)
+        target.chmod(_private_mode(os.stat(src).st_mode))
+    folder(out)
 
 
 def snapshot_for(

@@ -379,3 +379,22 @@ def test_exclude_patterns_and_magic_flags(tmp_path, monkeypatch, capsys):
         assert not (tmp_path / "state" / "jobs").exists()
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_local_copy_is_owner_only_and_keeps_executables(tmp_path):
+    from kf_jupyter.workspace import copy_into
+
+    nb = make_notebook_folder(tmp_path / "nb")
+    (nb / "run.sh").write_text("#!/bin/sh\n")
+    (nb / "run.sh").chmod(0o755)
+    (nb / "sub").mkdir(mode=0o777)
+    (nb / "sub" / "m.py").write_text("")
+    (nb / "sub" / "m.py").chmod(0o666)
+    old = os.umask(0)
+    try:
+        copy_into(take_snapshot(Workspace(), str(nb)), tmp_path / "copy")
+    finally:
+        os.umask(old)
+    mode = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "copy").rglob("*")}
+    assert mode["run.sh"] == 0o700 and mode["m.py"] == 0o600 and mode["sub"] == 0o700
+    assert (tmp_path / "copy").stat().st_mode & 0o777 == 0o700
