@@ -35,6 +35,7 @@ from .report import parse_report, report
 from .runtimes import Runtime, resolve_runtime, select_runtime
 from .trainers import BaseTrainer, JAXTrainer, MPITrainer, TorchTrainer, XGBoostTrainer
 from .types import Event, LogRecord, Step, TrainerStatus, TrainJob
+from .workspace import Workspace
 
 if TYPE_CHECKING:
     from .backends.kubernetes.config import KubernetesBackendConfig
@@ -113,6 +114,7 @@ __all__ = [
     "TrainerStatus",
     "ValidationError",
     "WaitTimeoutError",
+    "Workspace",
     "XGBoostTrainer",
     "build_launch_plan",
     "build_trainjob",
