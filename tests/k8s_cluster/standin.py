@@ -304,7 +304,7 @@ class StandIn:
         if running:
             if tj["spec"].get("suspend") and not finished:
                 # spec.suspend on a running TrainJob: the JobSet is suspended, its pods deleted
-                self._teardown(uid)
+                self._teardown(uid, deleted=False)
                 self._set_condition(tj, "Suspended", "True", "Suspended", "TrainJob is suspended")
             return
         if finished:
@@ -323,8 +323,10 @@ class StandIn:
         )
         job.thread.start()
 
-    def _teardown(self, uid: str, tj: dict[str, Any] | None = None) -> None:
-        """TrainJob deleted: kill its processes, delete its pods (we are the GC), drop finalizers."""
+    def _teardown(self, uid: str, tj: dict[str, Any] | None = None, deleted: bool = True) -> None:
+        """TrainJob deleted: kill its processes, delete its pods (we are the GC), drop finalizers.
+
+        `deleted=False`: the TrainJob is only suspended; what it owns (ConfigMaps) stays."""
         with self._lock:
             job = self._jobs.pop(uid, None)
         if job is not None:
@@ -345,7 +347,8 @@ class StandIn:
                 except ApiException as e:
                     if e.status != 404:
                         log.warning("deleting pod %s: %s", pod.name, e)
-            self._collect_owned_configmaps(job)
+            if deleted:
+                self._collect_owned_configmaps(job)
         fins = (tj or {}).get("metadata", {}).get("finalizers") or []
         gc = {"foregroundDeletion", "orphan"}
         if tj is not None and any(f in gc for f in fins):
