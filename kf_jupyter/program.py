@@ -140,15 +140,25 @@ def materialise(source: str, args_json: str, runner: str, subdir: str = "") -> s
     )
 
 
-def runner_invocation(func_name: str, setup: str) -> list[str]:
-    """The runner's arguments after the script path (shell words, already quoted)."""
-    return [
+def runner_invocation(
+    func_name: str, setup: str, argv0: str = "", argv: Sequence[str] = ()
+) -> list[str]:
+    """The runner's arguments after the script path (shell words, already quoted).
+
+    With `argv0` or `argv`, `-- ARGV0 ARG...` follows: the program's `sys.argv` (ARGV0 defaults
+    to the shipped file's path, as `python kf_func.py ARG...` would give).
+    """
+    words = [
         '"$kfj_dir/kf_entry.py"',
         '"$kfj_dir/kf_func.py"',
         quote(func_name),
         '"$kfj_dir/kf_args.json"',
         quote(setup),
     ]
+    if argv0 or argv:
+        words += ["--", quote(argv0) if argv0 else '"$kfj_dir/kf_func.py"']
+        words += [quote(a) for a in argv]
+    return words
 
 
 def check_size(script: str) -> str:

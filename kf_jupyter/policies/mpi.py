@@ -34,13 +34,7 @@ class MPIPolicy(Policy):
                 payload.runner,
                 subdir="/rank-${OMPI_COMM_WORLD_RANK:-0}",
             )
-            + " ".join(
-                [
-                    "exec",
-                    "python3",
-                    *program.runner_invocation(payload.func_name, self.runner_setup(trainer)),
-                ]
-            )
+            + " ".join(["exec", "python3", *self.invocation(trainer, payload)])
             + "\n"
         )
         return program.check_size(f"set -e\nexec mpirun bash -c {program.quote(inner)}\n")
