@@ -270,8 +270,10 @@ def test_hoisting_keeps_the_cells_line_numbers():
 
 
 def test_future_import_after_code_is_still_a_syntax_error_at_its_line():
-    with pytest.raises(ValidationError, match="line 2"):
+    with pytest.raises(ValidationError) as info:
         build_cell_function("import os\nfrom __future__ import annotations\n")
+    assert "must occur at the beginning" in str(info.value)
+    assert "\n    from __future__ import annotations\n    ^" in str(info.value)
 
 
 # -- 4. own framework set-up -----------------------------------------------------------------
@@ -372,6 +374,31 @@ def test_training_help_explains_both_forms(shell, capsys):  # noqa: F811
     assert "%torchtrain train.py" in out and " -- " in out
     _, out, _ = run(shell, capsys, "%%xgboosttrain --help\nprint(1)\n")
     assert "--no-setup" in out
+
+
+@pytest.mark.parametrize(
+    ("line", "flags", "argv"),
+    [
+        ("-n 2 -- --epochs 3", "-n 2 ", ["--epochs", "3"]),
+        ("-n 2", "-n 2", []),
+        ('--env "A= -- B" -- x', '--env "A= -- B" ', ["x"]),
+        ("--env A=x--y -- 'a b' c\\ d", "--env A=x--y ", ["a b", "c d"]),
+        ("-- --", "", ["--"]),
+        ("--", "", []),
+    ],
+)
+def test_separator_is_found_outside_quotes(line, flags, argv):
+    from kf_jupyter.magics.lineargs import split_script_args
+
+    assert split_script_args(line) == (flags, argv)
+
+
+def test_args_become_globals_of_a_script_cell(shell, capsys, launchers, tmp_path):  # noqa: F811
+    shell.user_ns["lr"] = 0.25
+    cell = "%%torchtrain --args lr --dry-run\ndef show():\n    print('LR', lr)\nshow()\n"
+    proc = run_command(dry_run_command(shell, capsys, cell), launchers, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "LR 0.25" in proc.stdout
 
 
 def test_script_args_after_the_separator_are_not_flags(shell, capsys):  # noqa: F811
