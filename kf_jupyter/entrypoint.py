@@ -150,18 +150,27 @@ def _kfj_program_argv(argv):
     return [argv[1]]
 
 
-def _kfj_script(code, func_file, kwargs):
+def _kfj_same_text(path, source):
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return fh.read() == source
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _kfj_script(code, func_file, kwargs, source):
     """A callable that runs `code` as `python script.py` would, in a fresh `__main__` module.
 
-    `__file__` is the script's own copy when sys.argv[0] names a file here (the shipped
-    workspace), else FUNC_FILE; the script's folder leads sys.path, as under `python`.
+    When sys.argv[0] names a file here with the same text (the script in the notebook's folder
+    or the shipped workspace), `__file__` is that file and its folder leads sys.path, as under
+    `python`; otherwise `__file__` is the shipped copy, FUNC_FILE.
     """
     import builtins
 
     def run():
         path = func_file
         argv0 = sys.argv[0]
-        if argv0 and os.path.isfile(argv0):
+        if argv0 and os.path.isfile(argv0) and _kfj_same_text(argv0, source):
             path = os.path.abspath(argv0)
             folder = os.path.dirname(path)
             if folder not in sys.path:
@@ -220,7 +229,7 @@ def _kfj_main(argv):
         kwargs = json.load(fh)
     code = compile(source, func_file, "exec")
     if func_name == _KFJ_SCRIPT:
-        func, kwargs = _kfj_script(code, func_file, kwargs), {}
+        func, kwargs = _kfj_script(code, func_file, kwargs, source), {}
     else:
         namespace = sys.modules["__main__"].__dict__
         exec(code, namespace)

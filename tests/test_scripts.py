@@ -95,17 +95,21 @@ def test_argparse_cell_gets_only_its_own_argv(shell, capsys, launchers, tmp_path
     )
 
 
-def test_cell_without_return_runs_as_main_module(launchers, tmp_path):
+def test_cell_without_return_runs_as_main_module(launchers, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cell.py").write_text("unrelated = 1\n")  # a file that happens to be there
     cf = build_cell_function(
         "import sys\nprint(__name__, sys.modules['__main__'].__dict__ is globals())\n"
+        "print('FILE', __file__)\n"
     )
     assert cf.is_script and cf.script_source.startswith("\n")  # line 1 is the magic line
     trainer = TorchTrainer(script=Script(cf.script_source, "cell.py"))
     job = build_trainjob(trainer, Runtime("torch-distributed", "torch", "torch"))
-    proc = run_command(job["spec"]["trainer"]["command"], launchers, tmp_path)
+    proc = run_command(job["spec"]["trainer"]["command"], launchers, tmp_path / "w")
     assert proc.returncode == 0, proc.stderr
     assert "__main__ True" in proc.stdout
     assert "kf_entry" not in proc.stdout
+    assert f"FILE {tmp_path}/w/kf_func.py" in proc.stdout  # not the unrelated cell.py
 
 
 def test_cell_with_return_is_still_a_function_and_gets_argv(shell, capsys, launchers, tmp_path):  # noqa: F811
@@ -187,10 +191,15 @@ def test_line_magic_ships_the_file_byte_for_byte(
     magic,
     monkeypatch,
 ):
-    src = "# é漢字 $HOME `id` '\\''\nimport sys\nprint('ARGV', sys.argv)\n"
+    src = (
+        "# é漢字 $HOME `id` '\\''\nimport sys\nimport helper_mod\n"
+        "print('ARGV', sys.argv, 'HELPER', helper_mod.VALUE, __file__)\n"
+    )
     (tmp_path / "scripts").mkdir()
     script = tmp_path / "scripts" / "train.py"
     script.write_bytes(src.encode())
+    (tmp_path / "scripts" / "helper_mod.py").write_text("VALUE = 42\n")  # next to the script
+    (tmp_path / "cell.py").write_text("unrelated = 1\n")
     monkeypatch.chdir(tmp_path)  # the kernel's folder: the notebook's
     command = dry_run_command(
         shell, capsys, f"%{magic} scripts/train.py --dry-run -- --epochs 3 'a b'"
@@ -202,7 +211,7 @@ def test_line_magic_ships_the_file_byte_for_byte(
     shipped = next(work.rglob("kf_func.py"))
     assert shipped.read_bytes() == src.encode()
     # sys.argv[0] is the path as given; from the folder it names, __file__ is that file
-    assert "ARGV ['scripts/train.py', '--epochs', '3', 'a b']" in proc.stdout
+    assert f"ARGV ['scripts/train.py', '--epochs', '3', 'a b'] HELPER 42 {script}" in proc.stdout
 
 
 def test_script_is_read_at_submit_time_and_missing_file_is_clear(tmp_path):
