@@ -351,22 +351,16 @@ def test_no_setup_flag(shell, capsys, magic, word):  # noqa: F811
 # -- 5. --help -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        "%%torchtrain --help\nprint(1)\n",
-        "%%mpitrain -h\nprint(1)\n",
-        "%%jaxtrain --help\nprint(1)\n",
-        "%%xgboosttrain -n 2 -h\nprint(1)\n",
-        "%torchtrain --help",
-        "%kf_backend --help",
-        "%kf_runtimes -h",
-        "%kf_jobs --help",
-        "%kf_logs --help",
-        "%kf_delete -h",
-        "%kf_config --help",
-    ],
-)
+def _every_magic_line() -> list[str]:
+    """`--help` / `-h` for every magic KubeflowMagics registers (new ones are covered too)."""
+    from kf_jupyter.magics.core import KubeflowMagics
+
+    lines = [f"%{name} --help" for name in KubeflowMagics.magics["line"]]
+    lines += [f"%%{name} -h\nprint(1)\n" for name in KubeflowMagics.magics["cell"]]
+    return [*lines, "%%xgboosttrain -n 2 --help\nprint(1)\n", "%kf_logs -h"]
+
+
+@pytest.mark.parametrize("line", _every_magic_line())
 def test_help_prints_the_usage(shell, capsys, line):  # noqa: F811
     result, out, err = run(shell, capsys, line)
     name = line.lstrip("%").split()[0]
