@@ -218,7 +218,7 @@ class KubeflowMagics(Magics):
     @_training_args("torch")
     @line_cell_magic
     def torchtrain(self, line: str, cell: str | None = None) -> None:
-        """Run the cell (or, as a line magic, a script file) as a PyTorch distributed job (torchrun on every node).
+        """Run the cell, or a script file (line form), as a PyTorch job (torchrun on every node).
 
         Everything after ` -- ` is the program's sys.argv[1:]: %%torchtrain -n 2 -- --epochs 3
         (cell), %torchtrain train.py -n 2 -- --epochs 3 (a script file, line form).
@@ -228,7 +228,7 @@ class KubeflowMagics(Magics):
     @_training_args("mpi")
     @line_cell_magic
     def mpitrain(self, line: str, cell: str | None = None) -> None:
-        """Run the cell (or, as a line magic, a script file) as an MPI job (mpirun over num_nodes x num_proc_per_node slots).
+        """Run the cell, or a script file (line form), as an MPI job (mpirun over all slots).
 
         Everything after ` -- ` is the program's sys.argv[1:]: %%mpitrain -n 2 -- --epochs 3
         (cell), %mpitrain train.py -n 2 -- --epochs 3 (a script file, line form).
@@ -238,7 +238,7 @@ class KubeflowMagics(Magics):
     @_training_args("jax")
     @line_cell_magic
     def jaxtrain(self, line: str, cell: str | None = None) -> None:
-        """Run the cell (or, as a line magic, a script file) as a JAX multi-process job (one process per node).
+        """Run the cell, or a script file (line form), as a JAX job (one process per node).
 
         Everything after ` -- ` is the program's sys.argv[1:]: %%jaxtrain -n 2 -- --epochs 3
         (cell), %jaxtrain train.py -n 2 -- --epochs 3 (a script file, line form).
@@ -248,10 +248,10 @@ class KubeflowMagics(Magics):
     @_training_args("xgboost")
     @line_cell_magic
     def xgboosttrain(self, line: str, cell: str | None = None) -> None:
-        """Run the cell (or, as a line magic, a script file) as a distributed XGBoost job (tracker on rank 0).
+        """Run the cell, or a script file (line form), as an XGBoost job (tracker on rank 0).
 
-        Everything after ` -- ` is the program's sys.argv[1:]: %%xgboosttrain -n 2 -- --epochs 3
-        (cell), %xgboosttrain train.py -n 2 -- --epochs 3 (a script file, line form).
+        Everything after ` -- ` is the program's sys.argv[1:]: %%xgboosttrain -n 2 -- --rounds 3
+        (cell), %xgboosttrain train.py -n 2 -- --rounds 3 (a script file, line form).
         """
         return self._train_magic("xgboost", self.xgboosttrain, line, cell)
 

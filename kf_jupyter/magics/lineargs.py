@@ -39,7 +39,7 @@ def _separator(line: str) -> int:
 
 
 def split_script_args(line: str) -> tuple[str, list[str]]:
-    """(the magic's flags, the program's sys.argv[1:]) of `FLAGS -- ARGS` (ARGS split like a shell)."""
+    """(flags, sys.argv[1:]) of a magic line `FLAGS -- ARGS`; ARGS are split like a shell line."""
     at = _separator(line)
     if at < 0:
         return line, []
