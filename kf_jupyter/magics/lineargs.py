@@ -66,4 +66,5 @@ def print_help(magic: Any) -> None:
     lines = [ln for ln in text.splitlines() if ln.strip() != "::"]
     while lines and not lines[0].strip():
         lines.pop(0)
-    print("\n".join(lines).rstrip())
+    text = "\n".join(lines).rstrip()
+    print(text + "\n  -h, --help            show this help (nothing is run)")
