@@ -104,13 +104,17 @@ def _kfj_jax_own_setup():
     jax.distributed.initialize = initialize
 
 
+class SetupCollisionError(RuntimeError):
+    """The code's own framework set-up collides with the runner's built-in one."""
+
+
 _KFJ_XGB_COLLISION = (
-    "kf-jupyter: the code starts its own XGBoost RabitTracker on port {port}, where kf-jupyter's "
+    "The code starts its own XGBoost RabitTracker on port {port}, where kf-jupyter's "
     "built-in set-up already runs one (rank 0 runs the tracker and every rank joins the "
     "communicator for code that does not), so the second tracker cannot bind: 'Address already "
     "in use'. Either run with the built-in set-up off (%%xgboosttrain --no-setup, or "
     "XGBoostTrainer(setup_collective=False)) so only the code's own tracker and "
-    "CommunicatorContext run, or remove them from the code and let kf-jupyter set them up.\n"
+    "CommunicatorContext run, or remove them from the code and let kf-jupyter set them up."
 )
 
 
@@ -127,16 +131,19 @@ def _kfj_call_xgboost(func, kwargs, rank):
     if rank == 0:
         tracker = RabitTracker(host_ip=uri, n_workers=n_workers, port=port)
         tracker.start()
-    with collective.CommunicatorContext(
-        dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank)
-    ):
-        try:
+    try:
+        with collective.CommunicatorContext(
+            dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank)
+        ):
             result = func(**kwargs)
-        except Exception as exc:
-            if type(exc).__name__ == "XGBoostError" and "Address already in use" in str(exc):
-                sys.stderr.write(_KFJ_XGB_COLLISION.format(port=port))
-                sys.stderr.flush()
-            raise
+    except Exception as exc:
+        if tracker is not None:
+            # The job failed: freeing the tracker at exit would only add "Invalid polling
+            # request" noise after the real error. The process ends anyway.
+            vars(tracker).pop("handle", None)
+        if type(exc).__name__ == "XGBoostError" and "Address already in use" in str(exc):
+            raise SetupCollisionError(_KFJ_XGB_COLLISION.format(port=port)) from exc
+        raise
     if tracker is not None:
         tracker.wait_for()
     return result

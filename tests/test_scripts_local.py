@@ -216,8 +216,11 @@ def test_hidden_own_tracker_collision_names_cause_and_fix(shell, capsys):  # noq
     result, out, err = run(shell, capsys, "%%xgboosttrain -n 2 --timeout 200\n" + hidden)
     assert not result.success
     text = out + err
-    assert "Address already in use" in text
-    assert "--no-setup" in text and "setup_collective=False" in text
+    # the failure itself (what the cell's error shows first) names the cause and the fixes
+    reason = text.split("failed", 1)[1]
+    assert "SetupCollisionError: The code starts its own XGBoost RabitTracker" in reason
+    assert "'Address already in use'" in reason
+    assert "--no-setup" in reason and "setup_collective=False" in reason
 
 
 JAX_OWN_INIT = textwrap.dedent(
