@@ -161,8 +161,9 @@ class MPITrainer(BaseTrainer):
 class JAXTrainer(BaseTrainer):
     """JAX multi-process: one process per node; `jax.distributed.initialize` is done for you.
 
-    Set `initialize_distributed=False` if the function calls it itself (a second call from the
-    function is made harmless either way).
+    Code that calls `jax.distributed.initialize` itself is detected: the runner then does not
+    call it first, and fills in the arguments the call leaves out from the Trainer's `JAX_*`
+    variables. Set `initialize_distributed=False` to turn the built-in step off entirely.
     """
 
     supported_frameworks: ClassVar[tuple[str, ...]] = ("jax",)
@@ -175,8 +176,9 @@ class JAXTrainer(BaseTrainer):
 class XGBoostTrainer(BaseTrainer):
     """XGBoost distributed: rank 0 runs the collective tracker, every rank joins the communicator.
 
-    Set `setup_collective=False` if the function starts the tracker and
-    `collective.CommunicatorContext` itself.
+    Code that starts its own `RabitTracker` / `collective.CommunicatorContext` (Kubeflow's own
+    example does) is detected and left to do so; set `setup_collective=False` when the set-up
+    happens where the scan cannot see it (a helper module).
     """
 
     supported_frameworks: ClassVar[tuple[str, ...]] = ("xgboost",)
