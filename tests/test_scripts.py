@@ -7,6 +7,7 @@ the command's one process (rank 0). The real frameworks are in test_scripts_loca
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kf_jupyter import JAXTrainer, TorchTrainer, XGBoostTrainer, build_trainjob
 from kf_jupyter.errors import ValidationError
@@ -408,3 +411,27 @@ def test_script_args_after_the_separator_are_not_flags(shell, capsys):  # noqa: 
     # `--help` and `-n` after ` -- ` belong to the program, not the magic
     command = dry_run_command(shell, capsys, "%%torchtrain --dry-run -- --help -n 5\nprint(1)\n")
     assert "-- cell.py --help -n 5" in command[2]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    argv=st.lists(
+        st.one_of(
+            st.sampled_from(["--", "-h", "$HOME", "`id`", "'", '"', "\\", "a b", "", "\n", "é"]),
+            st.text(
+                alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+            ),
+        ),
+        max_size=6,
+    )
+)
+def test_any_script_args_arrive_exactly(argv, launchers, tmp_path_factory):
+    src = "import json, sys\nprint('ARGV=' + json.dumps(sys.argv))\n"
+    trainer = TorchTrainer(script=Script(src, "p.py"), script_args=argv)
+    job = build_trainjob(trainer, Runtime("torch-distributed", "torch", "torch"))
+    proc = run_command(job["spec"]["trainer"]["command"], launchers, tmp_path_factory.mktemp("a"))
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.split("\n") if ln.startswith("ARGV="))
+    assert json.loads(line[5:]) == ["p.py", *argv]
