@@ -115,6 +115,35 @@ def test_cell_without_return_runs_as_main_module(launchers, tmp_path, monkeypatc
     assert f"FILE {tmp_path}/w/kf_func.py" in proc.stdout  # not the unrelated cell.py
 
 
+SPAWN_CELL = """\
+import multiprocessing as mp
+import sys
+
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+
+def work(box):
+    return box.v * 2
+
+
+if __name__ == "__main__":
+    with mp.get_context("spawn").Pool(2) as pool:  # as mp.spawn-style examples do
+        print("SPAWN", pool.map(work, [Box(1), Box(2)]), sys.argv, flush=True)
+"""
+
+
+def test_spawned_children_find_the_scripts_classes(launchers, tmp_path):
+    cf = build_cell_function(SPAWN_CELL)
+    trainer = TorchTrainer(script=Script(cf.script_source, "cell.py"), script_args=["--x"])
+    job = build_trainjob(trainer, Runtime("torch-distributed", "torch", "torch"))
+    proc = run_command(job["spec"]["trainer"]["command"], launchers, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "SPAWN [2, 4] ['cell.py', '--x']" in proc.stdout
+
+
 def test_cell_with_return_is_still_a_function_and_gets_argv(shell, capsys, launchers, tmp_path):  # noqa: F811
     cell = (
         "%%torchtrain --dry-run -- -v\nimport sys\nprint('ARGV', sys.argv)\nreturn len(sys.argv)\n"
