@@ -64,7 +64,20 @@ def function_source(func: Callable[..., Any]) -> FunctionSource:
             "those do not travel with the source. Define it at top level and pass values "
             "through func_args."
         )
-    return FunctionSource(src, func.__name__)
+    return FunctionSource(_with_futures(src, func), func.__name__)
+
+
+def _with_futures(src: str, func: types.FunctionType) -> str:
+    """`src` with `from __future__ import annotations` first when `func` was compiled under it.
+
+    Its annotations are then strings, as where it was defined; without the import the job would
+    evaluate them when it runs the `def` (a NameError for a type imported elsewhere).
+    """
+    import __future__
+
+    if func.__code__.co_flags & __future__.annotations.compiler_flag:
+        return "from __future__ import annotations\n" + src
+    return src
 
 
 def encode_args(func_args: dict[str, Any] | None) -> str:

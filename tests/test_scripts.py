@@ -464,3 +464,22 @@ def test_any_script_args_arrive_exactly(argv, launchers, tmp_path_factory):
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.split("\n") if ln.startswith("ARGV="))
     assert json.loads(line[5:]) == ["p.py", *argv]
+
+
+def test_python_api_function_defined_under_postponed_annotations(launchers, tmp_path, monkeypatch):
+    # A function imported from the user's module, which uses postponed annotations: the
+    # annotation names a type the job does not have (imported only for type checking).
+    (tmp_path / "mytrain.py").write_text(
+        "from __future__ import annotations\n"
+        "\n"
+        "def train(cfg: NotInTheJob | None = None) -> Result:\n"
+        "    return train.__annotations__['cfg']\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    train = importlib.import_module("mytrain").train
+    job = build_trainjob(TorchTrainer(func=train), Runtime("torch-distributed", "torch", "torch"))
+    proc = run_command(job["spec"]["trainer"]["command"], launchers, tmp_path / "w")
+    assert proc.returncode == 0, proc.stderr
+    assert '##kf-jupyter:result "NotInTheJob | None"' in proc.stdout
