@@ -18,8 +18,6 @@ import types
 
 _KFJ_REPORT = "##kf-jupyter:report "
 _KFJ_RESULT = "##kf-jupyter:result "
-#: FUNC_NAME meaning "run FUNC_FILE as __main__" (no function is called).
-_KFJ_SCRIPT = "__main__"
 
 
 def _kfj_rank():
@@ -147,6 +145,10 @@ def _kfj_call_xgboost(func, kwargs, rank):
     if tracker is not None:
         tracker.wait_for()
     return result
+
+
+#: FUNC_NAME meaning "run FUNC_FILE as __main__" (no function is called).
+_KFJ_SCRIPT = "__main__"
 
 
 def _kfj_program_argv(argv):
