@@ -147,6 +147,26 @@ def _kfj_call_xgboost(func, kwargs, rank):
     return result
 
 
+def _kfj_publish(result):
+    try:
+        text = json.dumps(result, allow_nan=True)
+    except (TypeError, ValueError):
+        text = json.dumps({"__repr__": repr(result)})
+    path = os.environ.get("KF_JUPYTER_RESULT_FILE")
+    if path:
+        import pickle
+
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                pickle.dump(result, fh)
+        except Exception:
+            with open(tmp, "wb") as fh:
+                pickle.dump(json.loads(text), fh)
+        os.replace(tmp, path)
+    print(_KFJ_RESULT + text, flush=True)
+
+
 #: FUNC_NAME meaning "run FUNC_FILE as __main__" (no function is called).
 _KFJ_SCRIPT = "__main__"
 
@@ -204,26 +224,6 @@ def _kfj_exit_status(exc):
         return code
     sys.stderr.write(f"{code}\n")
     return 1
-
-
-def _kfj_publish(result):
-    try:
-        text = json.dumps(result, allow_nan=True)
-    except (TypeError, ValueError):
-        text = json.dumps({"__repr__": repr(result)})
-    path = os.environ.get("KF_JUPYTER_RESULT_FILE")
-    if path:
-        import pickle
-
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as fh:
-                pickle.dump(result, fh)
-        except Exception:
-            with open(tmp, "wb") as fh:
-                pickle.dump(json.loads(text), fh)
-        os.replace(tmp, path)
-    print(_KFJ_RESULT + text, flush=True)
 
 
 def _kfj_main(argv):

@@ -27,7 +27,7 @@ from ..errors import (
 )
 from ..trainers import TRAINER_CLASSES, BaseTrainer
 from ..types import COMPLETE, FAILED
-from .cell import CELL_ARGV0, build_cell_function
+from .cell import build_cell_function
 from .handle import JobHandle
 from .lineargs import print_help, split_script_args, wants_help
 
@@ -364,6 +364,7 @@ class KubeflowMagics(Magics):
     def _program(self, args: Any, cell: str | None, names: tuple[str, ...]) -> dict[str, Any]:
         """The trainer's program: a script file (line form), or the cell as script or function."""
         from ..script import Script
+        from .cell import CELL_ARGV0
 
         program: dict[str, Any] = {"script_args": list(args.script_args) or None}
         if cell is None:
