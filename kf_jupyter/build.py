@@ -165,7 +165,8 @@ def build_trainjob(
     if resources:
         spec_trainer["resourcesPerNode"] = {"limits": dict(resources), "requests": dict(resources)}
     env = _env_list(runtime_config.env if runtime_config else None)
-    if trainer.func is not None and runtime_config and runtime_config.packages:
+    shipped = trainer.func is not None or trainer.script is not None
+    if shipped and runtime_config and runtime_config.packages:
         # Credentials in index URLs stay out of the command (see program.index_env).
         env += _env_list(program.index_env(runtime_config.index_urls))
     if env:

@@ -483,3 +483,17 @@ def test_python_api_function_defined_under_postponed_annotations(launchers, tmp_
     proc = run_command(job["spec"]["trainer"]["command"], launchers, tmp_path / "w")
     assert proc.returncode == 0, proc.stderr
     assert '##kf-jupyter:result "NotInTheJob | None"' in proc.stdout
+
+
+def test_script_jobs_keep_index_credentials_out_of_the_command():
+    from kf_jupyter import RuntimeConfig
+
+    rc = RuntimeConfig(
+        packages_to_install=["numpy"], pip_index_urls=["https://u:s3cret@pypi.example.com/simple"]
+    )
+    trainer = TorchTrainer(script=Script("print(1)\n", "t.py"))
+    job = build_trainjob(trainer, Runtime("torch-distributed", "torch", "torch"), rc)
+    assert "s3cret" not in job["spec"]["trainer"]["command"][2]
+    assert {"name": "KF_JUPYTER_PIP_INDEX_0", "value": rc.index_urls[0]} in job["spec"]["trainer"][
+        "env"
+    ]
