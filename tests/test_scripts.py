@@ -497,3 +497,13 @@ def test_script_jobs_keep_index_credentials_out_of_the_command():
     assert {"name": "KF_JUPYTER_PIP_INDEX_0", "value": rc.index_urls[0]} in job["spec"]["trainer"][
         "env"
     ]
+
+
+def test_a_job_name_longer_than_any_file_name_is_simply_not_found(shell, capsys):  # noqa: F811
+    # Found by the hostile-magics property once ` -- ` let its cells really run (a job store
+    # existed): the store's stat() raised "File name too long" instead of "no such job".
+    run(shell, capsys, "%%torchtrain --dry-run\nprint(1)\n")
+    shell.kf.client("local").backend.jobs_dir.mkdir(parents=True, exist_ok=True)
+    result, out, err = run(shell, capsys, "%kf_logs " + "A" * 300)
+    assert not result.success and "No local job named" in out + err
+    assert "File name too long" not in out + err

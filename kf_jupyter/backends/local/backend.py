@@ -120,7 +120,13 @@ class LocalBackend:
 
     def job_dir(self, name: str) -> Path:
         """The folder of job `name` (JobNotFoundError when there is none)."""
-        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        if (
+            not isinstance(name, str)
+            or not name
+            or "/" in name
+            or name.startswith(".")
+            or len(name.encode("utf-8", "surrogatepass")) > 255  # no file name is longer
+        ):
             raise JobNotFoundError(f"No local job named {name!r}.")
         path = self.jobs_dir / name
         if not (path / "status.json").exists():
