@@ -78,9 +78,13 @@ def run_command(command: list[str], launchers: Path, work: Path, env: dict | Non
 
 
 def dry_run_command(sh, capsys, cell: str) -> list[str]:
+    """The TrainJob's command from a --dry-run (a cluster dry run may add the workspace's
+    carrier as a second YAML document)."""
     result, out, err = run(sh, capsys, cell)
     assert result.success, out + err
-    return yaml.safe_load(out)["spec"]["trainer"]["command"]
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    job = next(d for d in docs if d.get("kind") == "TrainJob")
+    return job["spec"]["trainer"]["command"]
 
 
 # -- 1. scripts that parse arguments ----------------------------------------------------------
