@@ -44,10 +44,12 @@ from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
 from .logs import iter_records
 from .runtimes import LOCAL_RUNTIMES
+from .warm import pool as warm_pool
 
 log = logging.getLogger("kf_jupyter.local")
 
 WAIT_POLL_SECONDS = 0.02
+WARM_ANNOTATION = "kf-jupyter.io/warm"
 DELETE_WAIT_SECONDS = 8.0
 
 
@@ -264,6 +266,23 @@ class LocalBackend:
             env["KF_JUPYTER_SKIP_INSTALL"] = "1"
         return env
 
+    def _warm_pool(
+        self, manifest: dict[str, Any], plan: LaunchPlan, env: dict[str, str]
+    ) -> tuple[warm_pool.Pool | None, str]:
+        """The warm pool for this job's nodes, or None and why the job starts cold."""
+        if not self.config.warm:
+            return None, "warm starts are off (LocalBackendConfig(warm=False))"
+        annotations = (manifest.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(WARM_ANNOTATION) == "false":
+            return None, "warm starts are off for this job (Warm(False))"
+        launcher = warm_pool.LAUNCHER.get(plan.policy)
+        if launcher is None:
+            return None, f"the {plan.policy} policy's launcher starts its own ranks"
+        python = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
+        if python is None:
+            return None, f"the interpreter of {launcher} on the job's PATH is not known"
+        return warm_pool.pool_for(self.state_dir, python, plan.policy, env), ""
+
     def _launch(
         self,
         jd: Path,
@@ -278,6 +297,19 @@ class LocalBackend:
         name = plan.job_name
         for sub in ("logs", "tmp", "work"):
             (jd / sub).mkdir()
+        envs = [
+            self._process_env(plan, i, jd, python, provided) for i in range(len(plan.processes))
+        ]
+        pool, cold_why = self._warm_pool(manifest, plan, envs[0]) if envs else (None, "")
+        if pool is not None:
+            try:
+                warm_pool.ensure_started(
+                    pool, envs[0], self.config.warm_idle_seconds, self.config.warm_max_pools
+                )
+                for env in envs:
+                    env.update(warm_pool.warm_env(self.state_dir, pool, env["PATH"]))
+            except OSError as exc:
+                cold_why = f"the warm pool could not start ({exc})"
         spawn = {
             "job": name,
             "cwd": cwd,
@@ -288,7 +320,7 @@ class LocalBackend:
                     "name": p.name,
                     "node_index": p.node_index,
                     "argv": p.argv,
-                    "env": self._process_env(plan, i, jd, python, provided),
+                    "env": envs[i],
                     "files": p.files,
                 }
                 for i, p in enumerate(plan.processes)
@@ -320,6 +352,8 @@ class LocalBackend:
             },
         )
         sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
+        if cold_why:
+            sv.append_event(str(jd), "Normal", "ColdStart", f"every node starts cold: {cold_why}")
         with open(jd / "supervisor.log", "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-I", sv.__file__, str(jd)],
@@ -401,7 +435,28 @@ class LocalBackend:
             creation_time=_time(st.get("created")),
             completion_time=_time(st.get("finished")),
             steps=steps,
+            warm=self._warm_state(st["name"]),
         )
+
+    def _warm_state(self, name: str) -> bool | None:
+        """True if every node started warm, False if one started cold, None before they start."""
+        jd = self.job_dir(name)
+        states = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(jd):
+                if entry.name.startswith("warm-node-") and entry.name.endswith(".json"):
+                    with contextlib.suppress(OSError, ValueError):
+                        states.append(bool(sv.read_json(entry.path).get("warm")))
+        if not states:
+            return False if (jd / "events.jsonl").exists() and self._cold_event(jd) else None
+        return all(states)
+
+    @staticmethod
+    def _cold_event(jd: Path) -> bool:
+        with contextlib.suppress(OSError):
+            with open(jd / "events.jsonl", encoding="utf-8") as fh:
+                return any('"ColdStart"' in line for line in fh)
+        return False
 
     def get_job(self, name: str) -> TrainJob:
         """The job as its status file says (Failed/SupervisorLost if its supervisor vanished)."""
