@@ -33,6 +33,7 @@ from kf_jupyter import JAXTrainer, MPITrainer, TorchTrainer
 from kf_jupyter.backends.local.config import LocalBackendConfig
 from kf_jupyter.client import TrainerClient
 from kf_jupyter.errors import BackendError, JobFailedError
+from kf_jupyter.options import Warm
 
 pytestmark = pytest.mark.slow
 
@@ -521,7 +522,8 @@ def test_disk_full_under_torchrun(tiny_fs, tmp_path, record_property):
             num_proc_per_node=2,
             func_args={"ledger_dir": str(ledger_dir)},
         )
-        name = client.train(trainer)
+        # torchrun's own reporting is what this checks: the cold path (no warm pool).
+        name = client.train(trainer, options=[Warm(False)])
         job_dir = client.backend.jobs_dir / name
         wait_until(lambda d=ledger_dir: ledger_len(d, 0) > 0, what="rank 0 printing")
         t0 = time.monotonic()

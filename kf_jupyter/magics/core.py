@@ -87,6 +87,9 @@ def _training_args(framework: str) -> Any:
         ma.argument("-o", "--out", default=None, help="variable that receives the job handle"),
         ma.argument("--timeout", type=float, default=None, help="seconds to follow the job"),
         ma.argument("--cancel-on-interrupt", action="store_true", default=None),
+        ma.argument(
+            "--no-warm", action="store_true", help="local: start the ranks cold, not from the pool"
+        ),
     ]
 
     def apply(func: Any) -> Any:
@@ -142,6 +145,12 @@ class KubeflowMagics(Magics):
         ("auto", "on", "off"), default_value="auto", help="show the job monitor widget"
     ).tag(config=True)
     buffer_lines = Int(400, help="log lines the monitor keeps in view").tag(config=True)
+    warm = Bool(True, help="local: start ranks from the warm pool (docs/local-backend.md)").tag(
+        config=True
+    )
+    warm_prestart = Bool(
+        True, help="local: start the torch pool when the extension loads (if torch is installed)"
+    ).tag(config=True)
     runtime_config = AnyTrait(None, help="session RuntimeConfig (set by %kf_config)")
     options = AnyTrait(None, help="session options list (set by %kf_config)")
 
@@ -159,7 +168,7 @@ class KubeflowMagics(Magics):
         key = (
             (backend, namespace, self.kubeconfig, self.context)
             if backend == "kubernetes"
-            else (backend, None, None, None)
+            else (backend, None, None, str(self.warm))
         )
         if key not in self._clients:
             from ..client import TrainerClient
@@ -175,7 +184,7 @@ class KubeflowMagics(Magics):
             else:
                 from ..backends.local.config import LocalBackendConfig
 
-                self._clients[key] = TrainerClient(LocalBackendConfig())
+                self._clients[key] = TrainerClient(LocalBackendConfig(warm=self.warm))
         return self._clients[key]
 
     def use_widgets(self) -> bool:
@@ -311,6 +320,10 @@ class KubeflowMagics(Magics):
         out = list(opts or [])
         if args.name:
             out.append(Name(args.name))
+        if getattr(args, "no_warm", False):
+            from ..options import Warm
+
+            out.append(Warm(False))
         return out
 
     def _trainer(self, framework: str, args: Any, cell: str) -> BaseTrainer:
@@ -622,6 +635,54 @@ class KubeflowMagics(Magics):
         args = _parse_args(self.kf_delete, line)
         self._guard(lambda: self.client(args.backend).delete_job(args.name))
         print(f"Deleted job {args.name}.")
+
+    @ma.magic_arguments()
+    @ma.argument("--stop", action="store_true", help="stop every pool process now")
+    @ma.argument("--start", default=None, help="start the pool of a framework: torch, jax, xgboost")
+    @line_magic
+    def kf_pool(self, line: str) -> None:
+        """The local warm pool: one process per interpreter and framework, with its memory."""
+        args = _parse_args(self.kf_pool, line)
+        from ..backends.local.warm import pool as warm_pool
+
+        backend = self.client("local").backend
+        if args.stop:
+            n = warm_pool.stop_all(backend.state_dir)
+            print(f"kf-jupyter: stopped {n} warm pool process(es).")
+            return
+        if args.start:
+            if args.start not in warm_pool.PRELOAD:
+                raise _fail(f"--start takes one of {', '.join(warm_pool.PRELOAD)}")
+            self._guard(lambda: backend.prestart_pool(args.start))
+        from .render import pool_rows
+
+        pools = warm_pool.list_pools(backend.state_dir)
+        state = "on" if self.warm else "off (%config KubeflowMagics.warm = True turns it on)"
+        print(
+            f"kf-jupyter warm pool: {state}; pool processes end after "
+            f"{backend.config.warm_idle_seconds:.0f} s idle or with this kernel."
+        )
+        self._table(
+            ("framework", "pid", "state", "launches", "RSS", "USS", "fds", "python"),
+            pool_rows(pools),
+            "No pool process runs (the next torch/JAX/XGBoost job starts one).",
+        )
+
+    def prestart(self) -> None:
+        """Start the torch pool in the background when the extension loads (if torch is there)."""
+        if not (self.warm and self.warm_prestart) or self.backend != "local":
+            return
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            return
+        import threading
+
+        def run() -> None:
+            with contextlib.suppress(Exception):
+                self.client("local").backend.prestart_pool("torch")
+
+        threading.Thread(target=run, name="kf-jupyter-prestart", daemon=True).start()
 
     @ma.magic_arguments()
     @ma.argument("--reset", action="store_true", help="clear the session RuntimeConfig and options")

@@ -266,6 +266,26 @@ class LocalBackend:
             env["KF_JUPYTER_SKIP_INSTALL"] = "1"
         return env
 
+    def prestart_pool(self, framework: str = "torch") -> warm_pool.Pool | None:
+        """Start the warm pool a default job of `framework` would use (None if it has none)."""
+        if not self.config.warm or framework not in warm_pool.PRELOAD:
+            return None
+        python = self._python()
+        bindirs = [os.path.dirname(python)]
+        env = {
+            **os.environ,
+            "PATH": os.pathsep.join([*bindirs, os.environ.get("PATH", os.defpath)]),
+        }
+        launcher = warm_pool.LAUNCHER[framework]
+        interp = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
+        if interp is None:
+            return None
+        pool = warm_pool.pool_for(self.state_dir, interp, framework, env)
+        warm_pool.ensure_started(
+            pool, env, self.config.warm_idle_seconds, self.config.warm_max_pools
+        )
+        return pool
+
     def _warm_pool(
         self, manifest: dict[str, Any], plan: LaunchPlan, env: dict[str, str]
     ) -> tuple[warm_pool.Pool | None, str]:
@@ -300,11 +320,13 @@ class LocalBackend:
         envs = [
             self._process_env(plan, i, jd, python, provided) for i in range(len(plan.processes))
         ]
-        pool, cold_why = self._warm_pool(manifest, plan, envs[0]) if envs else (None, "")
+        # The supervisor starts each process with its own environment plus these.
+        node_env = {**os.environ, **envs[0]} if envs else {}
+        pool, cold_why = self._warm_pool(manifest, plan, node_env) if envs else (None, "")
         if pool is not None:
             try:
                 warm_pool.ensure_started(
-                    pool, envs[0], self.config.warm_idle_seconds, self.config.warm_max_pools
+                    pool, node_env, self.config.warm_idle_seconds, self.config.warm_max_pools
                 )
                 for env in envs:
                     env.update(warm_pool.warm_env(self.state_dir, pool, env["PATH"]))

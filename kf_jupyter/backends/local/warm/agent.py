@@ -105,8 +105,14 @@ def unsupported(header):
 # ----------------------------------------------------------------------------- the child
 
 
-def prepare_parent(preload):
+#: Environment variables the pool's imports set (re-set in every child, as its imports would).
+SET_BY_IMPORTS: dict = {}
+
+
+def prepare_parent(preload, set_by_imports=None):
     """Called once in the pool process after its imports (nothing that starts threads)."""
+    SET_BY_IMPORTS.clear()
+    SET_BY_IMPORTS.update(set_by_imports or {})
     import ctypes  # noqa: F401  (imported here, used after fork: no import in the child)
     import traceback  # noqa: F401
     import types  # noqa: F401
@@ -154,6 +160,8 @@ def _fresh_stdio():
 def _set_environ(env):
     os.environ.clear()
     os.environ.update(env)
+    for key, value in SET_BY_IMPORTS.items():
+        os.environ.setdefault(key, value)
 
 
 def _fresh_state():
@@ -413,10 +421,7 @@ def run_torchrun(args):
             sys.stderr.flush()
             return 1
         if nnodes > 1:
-            store.add(EXIT_KEY, 1)
-            end = time.monotonic() + EXIT_BARRIER_SECONDS
-            while store.add(EXIT_KEY, 0) < nnodes and time.monotonic() < end:
-                time.sleep(0.005)
+            _exit_barrier(store, nnodes, node_rank)
         return 0
     except _Stop as stop:
         return _stopped(pids, stop.signum)
@@ -425,6 +430,24 @@ def run_torchrun(args):
         sys.stderr.write(f"torchrun (kf-jupyter warm start): {type(exc).__name__}: {exc}\n")
         sys.stderr.flush()
         return 1
+
+
+def _exit_barrier(store, nnodes, node_rank):
+    """Nodes leave together, and node 0 (which hosts the store) leaves last."""
+    try:
+        store.add(EXIT_KEY, 1)
+        end = time.monotonic() + EXIT_BARRIER_SECONDS
+        while store.add(EXIT_KEY, 0) < nnodes and time.monotonic() < end:
+            time.sleep(0.005)
+        if node_rank == 0:
+            end = time.monotonic() + 10.0
+            while store.add(EXIT_KEY + "/left", 0) < nnodes - 1 and time.monotonic() < end:
+                time.sleep(0.005)
+        else:
+            store.add(EXIT_KEY + "/left", 1)
+    except Exception:
+        # The store is gone: node 0 left, so the job is ending; this node's ranks all succeeded.
+        pass
 
 
 def _stopped(pids, signum):

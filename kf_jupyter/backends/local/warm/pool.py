@@ -86,8 +86,12 @@ def _import_env(framework: str, env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def _sys_path(python: str) -> list[str]:
-    if python not in _sys_path_cache:
+def _sys_path(python: str, import_env: Mapping[str, str]) -> list[str]:
+    """The interpreter's sys.path with the job's import-time variables (PYTHONPATH, ...)."""
+    cache_key = json.dumps([python, sorted(import_env.items())])
+    if cache_key not in _sys_path_cache:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env.update({k: v for k, v in import_env.items() if k.startswith("PYTHON")})
         try:
             out = subprocess.run(
                 [python, "-c", "import json, sys; print(json.dumps(sys.path))"],
@@ -95,16 +99,17 @@ def _sys_path(python: str) -> list[str]:
                 text=True,
                 timeout=30,
                 check=True,
+                env=env,
             ).stdout
-            _sys_path_cache[python] = [p for p in json.loads(out) if p]
+            _sys_path_cache[cache_key] = [p for p in json.loads(out) if p]
         except (OSError, subprocess.SubprocessError, ValueError):
-            _sys_path_cache[python] = []
-    return _sys_path_cache[python]
+            _sys_path_cache[cache_key] = []
+    return _sys_path_cache[cache_key]
 
 
-def _packages_state(python: str) -> list[tuple[str, int]]:
+def _packages_state(python: str, import_env: Mapping[str, str]) -> list[tuple[str, int]]:
     state = []
-    for p in _sys_path(python):
+    for p in _sys_path(python, import_env):
         with contextlib.suppress(OSError):
             state.append((p, os.stat(p).st_mtime_ns))
     return state
@@ -132,13 +137,14 @@ def interpreter_for(program: str, path: list[str]) -> str | None:
 
 def pool_key(python: str, framework: str, env: Mapping[str, str]) -> str:
     """The key of the pool that may serve a node with this interpreter, framework and env."""
+    import_env = _import_env(framework, env)
     data = json.dumps(
         {
             "python": python,
             "framework": framework,
             "preload": PRELOAD[framework],
-            "env": sorted(_import_env(framework, env).items()),
-            "packages": _packages_state(python),
+            "env": sorted(import_env.items()),
+            "packages": _packages_state(python, import_env),
             "uid": os.getuid(),
         },
         sort_keys=True,
@@ -164,11 +170,33 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def socket_dir() -> Path:
+    """A short owner-only folder for the sockets (a Unix socket path holds at most 107 bytes)."""
+    import tempfile
+
+    base = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if not base or len(base) > 40 or not os.path.isdir(base):
+        base = tempfile.gettempdir()
+    d = Path(base) / f"kf-jupyter-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        d.mkdir(mode=0o700)
+    st = os.lstat(d)
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise OSError(
+            f"{d} is not a folder of this user with mode 0700; remove it, or set XDG_RUNTIME_DIR"
+        )
+    return d
+
+
 def pool_for(state_dir: Path, python: str, framework: str, env: Mapping[str, str]) -> Pool:
     """The pool (running or not) for this interpreter, framework and environment."""
     key = pool_key(python, framework, env)
     d = warm_dir(state_dir)
-    return Pool(key, python, framework, d / f"{key}.sock", d / f"{key}.json", d / f"{key}.log")
+    where = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
+    sock = socket_dir() / f"{where}-{key}.sock"
+    return Pool(key, python, framework, sock, d / f"{key}.json", d / f"{key}.log")
 
 
 def ensure_started(
@@ -344,9 +372,10 @@ def stop_pool(meta_path: Path, timeout: float = 5.0) -> None:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-    sock = meta_path.with_suffix(".sock")
-    with contextlib.suppress(OSError):
-        sock.unlink()
+    sock = meta.get("socket")
+    if sock:
+        with contextlib.suppress(OSError):
+            os.unlink(sock)
 
 
 def stop_all(state_dir: Path) -> int:

@@ -32,6 +32,46 @@ import time
 
 HEADER_MAX = 4 * 1024 * 1024
 OWNER_CHECK_SECONDS = 1.0
+SNAPSHOT_SECONDS = 0.5
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _subreaper():
+    """Orphans of a node (a rank's child in its own session) are re-parented here, not to init."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _descendants(pid):
+    """{pid: creation time} of every live descendant of `pid` (psutil when there is one)."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    out = {}
+    with contextlib.suppress(Exception):
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(Exception):
+                out[child.pid] = child.create_time()
+    return out
+
+
+def _kill_known(procs):
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    for pid, ct in procs.items():
+        if psutil is not None:
+            try:
+                if abs(psutil.Process(pid).create_time() - ct) > 0.01:
+                    continue
+            except Exception:
+                continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _load_agent():
@@ -106,6 +146,7 @@ class Zygote:
         self.owner_ct = owner_ct
         self.idle = idle
         self.children = {}  # pid -> connection
+        self.trees = {}  # pid -> {descendant pid: creation time}, refreshed while it runs
         self.conns = {}  # connection -> pid (None before the fork)
         self.served = 0
         self.last_active = time.monotonic()
@@ -132,10 +173,15 @@ class Zygote:
     def serve(self):
         self.started = time.time()
         self._write_meta("starting")
+        _subreaper()
+        before = dict(os.environ)
         for name in self.preload:
             importlib.import_module(name)
+        # What the imports put in the environment (jax sets TF_CPP_MIN_LOG_LEVEL, ...): a cold
+        # process gets it from its own imports, so every child gets it too.
+        set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v}
         self.agent = _load_agent()
-        self.agent.prepare_parent(self.preload)
+        self.agent.prepare_parent(self.preload, set_by_imports)
         # Bind under a temporary name and rename: a shim never sees a socket nobody listens on.
         tmp = f"{self.sock_path}.{os.getpid()}.tmp"
         with contextlib.suppress(FileNotFoundError):
@@ -158,10 +204,15 @@ class Zygote:
             signal.signal(sig, self._on_stop)
         self.stopping = False
         last_owner_check = 0.0
+        last_snapshot = 0.0
         try:
             while not self.stopping:
                 self._reap()
                 now = time.monotonic()
+                if self.children and now - last_snapshot >= SNAPSHOT_SECONDS:
+                    last_snapshot = now
+                    for pid in list(self.children):
+                        self.trees.setdefault(pid, {}).update(_descendants(pid))
                 if now - last_owner_check >= OWNER_CHECK_SECONDS:
                     last_owner_check = now
                     if not self.children and (
@@ -253,8 +304,7 @@ class Zygote:
         if not data:
             # The shim is gone (killed): nothing may outlive it.
             if pid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+                self._kill_node(pid)
             self.conns.pop(conn, None)
             conn.close()
             return
@@ -278,19 +328,27 @@ class Zygote:
                 return
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             conn = self.children.pop(pid, None)
+            if conn is None:
+                continue  # an orphan re-parented to us, now reaped
             self.last_active = time.monotonic()
-            # Whatever the node left in its session goes with it.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+            # Whatever the node left behind (its session, children in sessions of their own)
+            # goes with it, as the supervisor stops what a cold job leaves.
+            self._kill_node(pid)
             if conn is not None:
                 _send(conn, {"exit": code})
                 self.conns.pop(conn, None)
                 conn.close()
 
+    def _kill_node(self, pid):
+        known = self.trees.pop(pid, {})
+        known.update(_descendants(pid))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        _kill_known(known)
+
     def _shutdown(self):
         for pid in list(self.children):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+            self._kill_node(pid)
         for path in (self.sock_path, self.meta_path):
             with contextlib.suppress(OSError):
                 if path == self.meta_path or os.path.exists(path):
@@ -309,7 +367,10 @@ def main(argv):
         float(owner_ct) if owner_ct not in ("", "none") else None,
         float(idle),
     )
-    z.serve()
+    try:
+        z.serve()
+    finally:
+        z._shutdown()
     return 0
 
 
