@@ -193,8 +193,45 @@ def child_main(header, fds):
     _fresh_stdio()
     argv = list(header["argv"])
     if header["mode"] == "python":
+        _wait_for_rank0_service(os.environ)
         return run_script(argv[1:], python=argv[0])
     return run_torchrun(argv[1:])
+
+
+def _listening(port):
+    """Some socket on this machine listens on TCP `port` (read from /proc/net, no connection)."""
+    want = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh, None)
+                for line in fh:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[1].endswith(want) and fields[3] == "0A":
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_for_rank0_service(env, timeout=5.0):
+    """Let rank 0 open the XGBoost tracker / JAX coordinator before the other ranks dial it.
+
+    Warm ranks all start within milliseconds; a worker that dials before rank 0 listens is
+    refused and XGBoost and JAX then back off for seconds. Locally every rank shares rank 0's
+    network, so this waits (at most `timeout`) until the port listens; nothing is connected.
+    """
+    port = None
+    if env.get("DMLC_TASK_ID", "0") != "0" and env.get("DMLC_TRACKER_PORT", "").isdigit():
+        port = int(env["DMLC_TRACKER_PORT"])
+    elif env.get("JAX_PROCESS_ID", "0") != "0" and env.get("JAX_COORDINATOR_ADDRESS"):
+        tail = env["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[-1]
+        port = int(tail) if tail.isdigit() else None
+    if port is None:
+        return
+    end = time.monotonic() + timeout
+    while not _listening(port) and time.monotonic() < end:
+        time.sleep(0.002)
 
 
 def _finish(code):
