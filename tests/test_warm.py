@@ -312,3 +312,37 @@ def test_no_pool_process_outlives_its_owner(tmp_path):
     assert not pool_procs()
     assert not list((state / "warm").glob("*.json"))  # each pool removed its record and socket
     assert not any(job_processes(p.name) for p in (state / "jobs").iterdir())
+
+
+def test_magics_no_warm_flag_kf_jobs_and_kf_pool(tmp_path, monkeypatch, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kf_jupyter.magics.core import KubeflowMagics
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    sh = InteractiveShell.instance()
+    sh.config.pop("KubeflowMagics", None)
+    magics = KubeflowMagics(shell=sh)
+    sh.register_magics(magics)
+    state = magics.client("local").backend.state_dir
+    try:
+        body = "import torch\nprint('ranks', torch.ones(1).item())\n"
+        sh.run_cell("%%torchtrain -n 1 -p 1 --no-warm\n" + body)
+        sh.run_cell("%%torchtrain -n 1 -p 1\n" + body)
+        jobs = magics.client("local").list_jobs()
+        assert [j.warm for j in jobs] == [False, True], [(j.name, j.warm) for j in jobs]
+        capsys.readouterr()
+        sh.run_cell("%kf_jobs")
+        out = capsys.readouterr().out
+        assert "start" in out and "cold" in out and "warm" in out, out
+        sh.run_cell("%kf_pool")
+        out = capsys.readouterr().out
+        assert "torch" in out and "MiB" in out and "ready" in out, out
+        sh.run_cell("%kf_pool --stop")
+        out = capsys.readouterr().out
+        assert "stopped 1 warm pool process" in out, out
+        assert not [p for p in warm_pool.list_pools(state) if p.get("alive")]
+    finally:
+        for j in magics.client("local").list_jobs():
+            magics.client("local").delete_job(j.name)
+        warm_pool.stop_all(state)
