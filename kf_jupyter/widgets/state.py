@@ -118,7 +118,8 @@ class LogState:
         parts = []
         for s, ln in rows:
             colour = PALETTE[self.colours.get(s, 0) % len(PALETTE)]
-            parts.append(f"<span style='color:{colour}'>[{s}]</span> {html.escape(ln)}")
+            prefix = html.escape(f"[{s}]")  # a source is a log file's name: anything at all
+            parts.append(f"<span style='color:{colour}'>{prefix}</span> {html.escape(ln)}")
         return (
             "<pre class='kf-log' style='max-height:24em;overflow:auto;margin:0;"
             "font-size:12px;line-height:1.3;white-space:pre-wrap'>" + "\n".join(parts) + "</pre>"

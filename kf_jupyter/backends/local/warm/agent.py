@@ -189,6 +189,7 @@ def child_main(header, fds):
         if fd > 2:
             os.close(fd)
     os.chdir(header["cwd"])
+    os.umask(int(header.get("umask", 0o022)))
     _set_environ(header["env"])
     _fresh_stdio()
     argv = list(header["argv"])

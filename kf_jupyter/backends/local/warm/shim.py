@@ -142,8 +142,10 @@ def main(argv):
     conn, why = _connect(sock_path, meta_path)
     if conn is None:
         return _cold(program, args, env, path, why)
+    umask = os.umask(0o077)
+    os.umask(umask)
     header = json.dumps(
-        {"mode": mode, "argv": [program, *args], "env": env, "cwd": os.getcwd()}
+        {"mode": mode, "argv": [program, *args], "env": env, "cwd": os.getcwd(), "umask": umask}
     ).encode("utf-8")
     fds = [0, 1, 2]
     try:
