@@ -248,8 +248,8 @@ def test_no_state_reaches_the_next_warm_job(client):
 
 def test_pool_follows_packages_and_interpreter(client, tmp_path):
     """A package added to the job's import path, or another interpreter, gets another pool."""
-    site = tmp_path / "site"
-    site.mkdir()
+    site = tmp_path / "env" / "lib" / "python3" / "site-packages"  # where pip installs
+    site.mkdir(parents=True)
     rc = RuntimeConfig(env={"PYTHONPATH": str(site)})
 
     def run():

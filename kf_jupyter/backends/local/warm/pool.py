@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -108,8 +109,14 @@ def _sys_path(python: str, import_env: Mapping[str, str]) -> list[str]:
 
 
 def _packages_state(python: str, import_env: Mapping[str, str]) -> list[tuple[str, int]]:
+    """Modification times of the interpreter and of its package folders (site-/dist-packages,
+    where pip installs and removes, and editable installs put their .pth files)."""
     state = []
+    with contextlib.suppress(OSError):
+        state.append((os.path.realpath(python), os.stat(python).st_mtime_ns))
     for p in _sys_path(python, import_env):
+        if "site-packages" not in p and "dist-packages" not in p:
+            continue
         with contextlib.suppress(OSError):
             state.append((p, os.stat(p).st_mtime_ns))
     return state
@@ -181,8 +188,6 @@ def socket_dir() -> Path:
     with contextlib.suppress(FileExistsError):
         d.mkdir(mode=0o700)
     st = os.lstat(d)
-    import stat
-
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise OSError(
             f"{d} is not a folder of this user with mode 0700; remove it, or set XDG_RUNTIME_DIR"
@@ -206,7 +211,7 @@ def ensure_started(
     max_pools: int = DEFAULT_MAX_POOLS,
 ) -> bool:
     """Start the pool process unless it runs; True if it runs already (it may still import)."""
-    d = pool.socket.parent
+    d = pool.meta.parent
     lock = os.open(d / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -218,7 +223,7 @@ def ensure_started(
         for stale in (pool.socket, pool.meta):
             with contextlib.suppress(OSError):
                 stale.unlink()
-        _make_room(d, max_pools - 1)
+        _make_room(pool.meta.parent, max_pools - 1)
         zenv = {k: v for k, v in os.environ.items() if not k.startswith("KF_JUPYTER_")}
         for k in list(zenv):
             if k in _import_env(pool.framework, zenv):
@@ -301,6 +306,8 @@ def shim_bin(state_dir: Path) -> Path:
             tmp.write_text(text, encoding="utf-8")
             os.chmod(tmp, 0o700)
             os.replace(tmp, path)
+        elif stat.S_IMODE(path.stat().st_mode) != 0o700:
+            os.chmod(path, 0o700)  # e.g. a copied or hand-tightened store lost the exec bit
     return d
 
 

@@ -58,6 +58,28 @@ def _descendants(pid):
     return out
 
 
+def _adopted_of(node_tag, known_nodes):
+    """Orphans re-parented to us (we are a subreaper) that a node left: found by its env tag."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    out = {}
+    with contextlib.suppress(Exception):
+        for child in psutil.Process().children(recursive=False):
+            if child.pid in known_nodes:
+                continue
+            with contextlib.suppress(Exception):
+                env = child.environ()
+                tag = (env.get("KF_JUPYTER_JOB_NAME"), env.get("KF_JUPYTER_NODE_RANK"))
+                if tag == node_tag:
+                    out[child.pid] = child.create_time()
+                    for grand in child.children(recursive=True):
+                        with contextlib.suppress(Exception):
+                            out[grand.pid] = grand.create_time()
+    return out
+
+
 def _kill_known(procs):
     try:
         import psutil
@@ -147,6 +169,7 @@ class Zygote:
         self.idle = idle
         self.children = {}  # pid -> connection
         self.trees = {}  # pid -> {descendant pid: creation time}, refreshed while it runs
+        self.tags = {}  # pid -> (job name, node rank) from the launch's environment
         self.conns = {}  # connection -> pid (None before the fork)
         self.served = 0
         self.last_active = time.monotonic()
@@ -289,6 +312,8 @@ class Zygote:
         for fd in fds:
             os.close(fd)
         self.served += 1
+        env = header.get("env") or {}
+        self.tags[pid] = (env.get("KF_JUPYTER_JOB_NAME"), env.get("KF_JUPYTER_NODE_RANK"))
         self.children[pid] = conn
         self.conns[conn] = pid
         _send(conn, {"pid": pid, "warm": True, "zygote": os.getpid(), "served": self.served})
@@ -334,6 +359,7 @@ class Zygote:
             # Whatever the node left behind (its session, children in sessions of their own)
             # goes with it, as the supervisor stops what a cold job leaves.
             self._kill_node(pid)
+            self.tags.pop(pid, None)
             if conn is not None:
                 _send(conn, {"exit": code})
                 self.conns.pop(conn, None)
@@ -342,6 +368,9 @@ class Zygote:
     def _kill_node(self, pid):
         known = self.trees.pop(pid, {})
         known.update(_descendants(pid))
+        tag = self.tags.get(pid)
+        if tag and tag[0]:
+            known.update(_adopted_of(tag, set(self.children)))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         _kill_known(known)
