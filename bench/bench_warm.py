@@ -130,8 +130,10 @@ def run_ours(client, trainer, options=()) -> tuple[float, str]:
     return time.perf_counter() - t0, name
 
 
-def warm_latencies(client, nodes: int, tmp: Path) -> tuple[float, float]:
-    """(submit -> first user line seen, last rank's exit -> wait returning) of one warm job."""
+def warm_latencies(client, nodes: int, tmp: Path) -> tuple[float, float, float]:
+    """Of one warm job: submit -> first user line seen by the follower; the last rank's function
+    returning -> wait returning (the rank's own exit: atexit handlers, flushes, included); the
+    last node process's exit (the supervisor's Exited event) -> wait returning."""
     from kf_jupyter import TorchTrainer
 
     stamps = Path(tempfile.mkdtemp(dir=tmp))
@@ -154,8 +156,11 @@ def warm_latencies(client, nodes: int, tmp: Path) -> tuple[float, float]:
     client.wait_for_job_status(name, timeout=600)
     t_wait = time.time()
     th.join(timeout=10)
-    last_exit = max(float(p.read_text()) for p in stamps.iterdir())
-    return (first[0] - t0 if first else float("nan")), t_wait - last_exit
+    returned = max(float(p.read_text()) for p in stamps.iterdir())
+    exited = max(
+        e.time.timestamp() for e in client.get_job_events(name) if e.reason == "Exited" and e.time
+    )
+    return (first[0] - t0 if first else float("nan")), t_wait - returned, t_wait - exited
 
 
 def pool_stats(state: Path) -> tuple[int, int, int]:
@@ -187,7 +192,7 @@ def main() -> int:
     state = tmp / "state"
     client = TrainerClient(LocalBackendConfig(state_dir=state))
     t = {k: [] for k in ("plain12", "plain22", "first12", "warm12", "warm22", "coldjax",
-                         "warmjax", "coldxgb", "warmxgb", "firstline", "exitwait")}  # fmt: skip
+                         "warmjax", "coldxgb", "warmxgb", "firstline", "exitwait", "nodewait")}  # fmt: skip
 
     def torch1x2():
         return TorchTrainer(func=ddp, num_nodes=1, num_proc_per_node=2)
@@ -215,9 +220,10 @@ def main() -> int:
             run_ours(client, XGBoostTrainer(func=xgb_job, num_nodes=2), [Warm(False)])[0]
         )
         t["warmxgb"].append(run_ours(client, XGBoostTrainer(func=xgb_job, num_nodes=2))[0])
-        fl, ew = warm_latencies(client, 1, tmp)
+        fl, ew, nw = warm_latencies(client, 1, tmp)
         t["firstline"].append(fl)
         t["exitwait"].append(ew)
+        t["nodewait"].append(nw)
         print(f"round {r + 1}/{a.rounds} done", flush=True)
 
     def pairs(num: str, den: str) -> list[float]:
@@ -235,7 +241,8 @@ def main() -> int:
         ("coldxgb", "XGBoost 2 workers, cold"),
         ("warmxgb", "XGBoost 2 workers, warm"),
         ("firstline", "warm: submit -> first user log line"),
-        ("exitwait", "warm: last rank exit -> wait returns"),
+        ("exitwait", "warm: last rank's function returns -> wait"),
+        ("nodewait", "warm: last node process exits -> wait"),
     ):
         print(f"  {label:46s} {fmt(t[k])}")
     print("paired ratios (per round), median [min-max]:")
@@ -255,7 +262,11 @@ def main() -> int:
         "        target <= 0.5"
     )
     print(
-        f"  {'last exit -> wait returns (median s)':36s} {statistics.median(t['exitwait']):5.2f}"
+        f"  {'function return -> wait (median s)':36s} {statistics.median(t['exitwait']):5.2f}"
+        "        target <= 0.2 (includes the rank's own exit)"
+    )
+    print(
+        f"  {'node process exit -> wait (median s)':36s} {statistics.median(t['nodewait']):5.2f}"
         "        target <= 0.2"
     )
 
