@@ -16,15 +16,48 @@ from typing import Any
 from ..constants import REPORT_PREFIX, RESULT_PREFIX
 from ..report import parse_report
 
-#: Rank prefix colours (readable on light and dark themes).
+#: Rank prefix colours (readable on light and dark themes). The lab extension has the same list
+#: and the same `source_colour_index` (labextension/src/palette.ts; a test keeps them equal), so a
+#: rank has one colour in the monitor, the static output and the lab panel.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 _ANSI = (34, 31, 32, 35, 33, 36, 90, 95)
+#: Lines of kf-jupyter's own protocol (reports, results, ...): they drive the monitor, never shown.
+PROTOCOL_PREFIX = "##kf-jupyter:"
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
+
+
+def source_colour_index(source: str) -> int:
+    """The palette slot of a source: its trailing number (`rank-3` -> 3), else a char-code sum.
+
+    Depends on the name only (not on the order lines arrive in), so every view agrees.
+    """
+    m = _TRAILING_NUMBER.search(source)
+    n = int(m.group(1)) if m else sum(ord(c) for c in source)
+    return n % len(PALETTE)
+
+
+def source_colour(source: str) -> str:
+    """The colour of a source's `[rank-N]` prefix."""
+    return PALETTE[source_colour_index(source)]
+
+
 _ERROR_HINT = re.compile(r"Traceback|Error|Exception|exited with|FAILED|Killed")
 
 
 def _source_key(source: str) -> tuple[int, str]:
     m = re.search(r"(\d+)$", source)
     return (int(m.group(1)) if m else -1, source)
+
+
+def log_box_html(body: str, max_height: str = "24em") -> str:
+    """A scrolling log box that opens at its end without JavaScript (column-reverse), wrapping
+    long lines at word boundaries (a word longer than the line is broken only then)."""
+    return (
+        f"<div class='kf-log-box' style='display:flex;flex-direction:column-reverse;"
+        f"max-height:{max_height};overflow:auto'><pre class='kf-log' style='margin:0;"
+        "font-size:12px;line-height:1.3;white-space:pre-wrap;overflow-wrap:break-word;"
+        f"word-break:normal'>{body}</pre></div>"
+    )
 
 
 class LogState:
@@ -73,6 +106,8 @@ class LogState:
         if line.startswith(RESULT_PREFIX):
             self.result_line = line[len(RESULT_PREFIX) :]
             return False
+        if line.startswith(PROTOCOL_PREFIX):
+            return False
         self.buffer.append((source, line))
         self.tails[source].append(line)
         if _ERROR_HINT.search(line):
@@ -107,7 +142,8 @@ class LogState:
         """`[rank-1] ` (ANSI-coloured when `colour`)."""
         if not colour:
             return f"[{source}] "
-        code = _ANSI[self.colour_index(source) % len(_ANSI)]
+        self.colour_index(source)
+        code = _ANSI[source_colour_index(source) % len(_ANSI)]
         return f"\x1b[{code}m[{source}]\x1b[0m "
 
     def render_log_html(self, only: str | None = None, limit: int | None = None) -> str:
@@ -117,12 +153,9 @@ class LogState:
             rows = rows[-limit:]
         parts = []
         for s, ln in rows:
-            colour = PALETTE[self.colours.get(s, 0) % len(PALETTE)]
+            colour = source_colour(s)
             parts.append(f"<span style='color:{colour}'>[{s}]</span> {html.escape(ln)}")
-        return (
-            "<pre class='kf-log' style='max-height:24em;overflow:auto;margin:0;"
-            "font-size:12px;line-height:1.3;white-space:pre-wrap'>" + "\n".join(parts) + "</pre>"
-        )
+        return log_box_html("\n".join(parts))
 
     def failure_tail(self, job: Any = None) -> tuple[str, list[str]]:
         """The failing source and its last lines (from the job's failed step when known)."""
