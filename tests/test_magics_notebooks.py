@@ -78,7 +78,20 @@ def test_notebook_torch_cell_monitor_result_dryrun_freenames_syntax(state_dir, t
     train = nb.cells[2]
     # No stray outputs: the training cell shows the monitor and nothing else.
     assert [o.output_type for o in train.outputs] == ["display_data"], train.outputs
-    assert "application/vnd.jupyter.widget-view+json" in train.outputs[0].data
+    # When the job ended the live monitor was replaced by its static rendering: plain HTML and
+    # text that a saved notebook shows anywhere (no widget, no live MIME type, no JS).
+    data = train.outputs[0].data
+    assert set(data) == {"text/html", "text/plain"}, set(data)
+    static = data["text/html"]
+    assert "kf-monitor-static" in static and "data-status='Complete'" in static
+    assert "step 3 rank 0" in static and "step 3 rank 1" in static
+    assert "<svg" in static and "data-metric='loss'" in static and "width:100%" in static
+    assert "##kf-jupyter" not in static and "<script" not in static
+    assert data["text/plain"].startswith("Job ") and ": Complete" in data["text/plain"]
+    from nbconvert import HTMLExporter
+
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert "kf-monitor-static" in page and "VBox(children=" not in page
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     values = [m["state"].get("value", "") for m in state.values() if m["model_name"] == "HTMLModel"]
     log = next(v for v in values if "kf-log" in str(v))

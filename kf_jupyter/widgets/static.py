@@ -166,9 +166,20 @@ def _progress_html(progress: float | None) -> str:
     )
 
 
-def _tails_html(state: LogState, lines_per_source: int) -> str:
+def shown_sources(state: LogState, label: str) -> list[str]:
+    """The sources whose last lines the static rendering shows: all of them, except that a
+    cancelled job's launcher agents (`node-N`, `launcher`: torchrun's SignalException dump when
+    it is stopped) are left to the full log when there are rank lines to show."""
+    sources = state.sources
+    ranks = [s for s in sources if s.startswith("rank-")]
+    if label == "Cancelled" and ranks:
+        return ranks
+    return sources
+
+
+def _tails_html(state: LogState, lines_per_source: int, label: str = "") -> str:
     rows = []
-    for source in state.sources:
+    for source in shown_sources(state, label):
         tail = list(state.tails.get(source, []))[-lines_per_source:]
         colour = source_colour(source)
         for line in tail:
@@ -208,7 +219,7 @@ def final_html(
         f"{badge_html(label)}{took}{step}</div>"
         f"{_progress_html(state.progress)}{chart}{_failure_html(job)}"
         f"<div style='margin-top:4px'><small>Last {shown} lines of every process:</small></div>"
-        f"{_tails_html(state, lines_per_source)}"
+        f"{_tails_html(state, lines_per_source, label)}"
         f"<div><small>full log: {pointer}</small></div></div>"
     )
 
@@ -234,7 +245,7 @@ def final_text(
         out.append(f"{failure.source} failed: {failure.exc_type}: {failure.message}")
     elif getattr(job, "status", "") == FAILED and getattr(job, "message", ""):
         out.append(str(job.message))
-    for source in state.sources:
+    for source in shown_sources(state, label):
         for line in list(state.tails.get(source, []))[-lines_per_source:]:
             out.append(f"[{source}] {line}")
     return "\n".join(out)
