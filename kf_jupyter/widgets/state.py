@@ -174,8 +174,8 @@ class LogState:
             return "", []
         return source, list(self.tails.get(source, []))
 
-    def chart_svg(self, width: int = 320, height: int = 120) -> str:
-        """A small inline SVG line chart per metric over steps ('' when there are none)."""
+    def chart_svgs(self, width: int = 320, height: int = 120) -> list[tuple[str, str, str]]:
+        """One small standalone SVG line chart per metric: (name, label, svg)."""
         charts = []
         for i, (name, series) in enumerate(sorted(self.metrics.items())):
             if not series:
@@ -193,13 +193,22 @@ class LogState:
                 for x, y in series
             )
             colour = PALETTE[i % len(PALETTE)]
-            label = html.escape(f"{name}: {ys[-1]:.4g} (step {int(xs[-1])})")
+            label = f"{name}: {ys[-1]:.4g} (step {int(xs[-1])})"
             charts.append(
-                f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-                f"class='kf-chart' data-metric='{html.escape(name)}'>"
-                f"<rect width='100%' height='100%' fill='none' stroke='#ccc'/>"
-                f"<text x='{pad}' y='12' font-size='11' fill='#444'>{label}</text>"
-                f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{pts}'/>"
-                "</svg>"
+                (
+                    name,
+                    label,
+                    f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+                    f"class='kf-chart' data-metric='{html.escape(name)}'>"
+                    f"<rect width='100%' height='100%' fill='none' stroke='#ccc'/>"
+                    f"<text x='{pad}' y='12' font-size='11' fill='#444'>{html.escape(label)}</text>"
+                    f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{pts}'/>"
+                    "</svg>",
+                )
             )
+        return charts
+
+    def chart_svg(self, width: int = 320, height: int = 120) -> str:
+        """A small inline SVG line chart per metric ('' when there are none)."""
+        charts = [svg for _, _, svg in self.chart_svgs(width, height)]
         return "<div style='display:flex;flex-wrap:wrap;gap:6px'>" + "".join(charts) + "</div>"

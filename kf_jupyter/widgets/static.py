@@ -14,6 +14,7 @@ No ipywidgets or IPython imports here: tests render bundles directly.
 
 from __future__ import annotations
 
+import base64
 import html
 import time
 from datetime import UTC
@@ -131,6 +132,10 @@ def live_bundle(
 def _failure_html(job: Any) -> str:
     failure = getattr(job, "failure", None)
     message = str(getattr(job, "message", "") or "")
+    if status_label(job) == "Cancelled":  # not a failure: say what happened, plainly
+        return (
+            f"<div class='kf-note'><small>{html.escape(message)}</small></div>" if message else ""
+        )
     if failure is None and not (getattr(job, "status", "") == FAILED and message):
         return ""
     parts = []
@@ -152,6 +157,25 @@ def _failure_html(job: Any) -> str:
         "<div class='kf-failure' style='border-left:4px solid #dc3545;padding-left:6px;"
         f"margin:4px 0'>{''.join(parts)}</div>"
     )
+
+
+def _css_key(label: str) -> str:
+    return "".join(c for c in label.lower() if c.isalnum()) or "unknown"
+
+
+def _charts_html(state: LogState) -> str:
+    """The metric charts as SVG images (data: URIs): unlike inline <svg>, they survive the HTML
+    sanitizers of untrusted notebooks (JupyterLab) and of notebook viewers."""
+    if not state.metrics:
+        return ""
+    imgs = []
+    for _name, label, svg in state.chart_svgs():
+        data = base64.b64encode(svg.encode()).decode()
+        imgs.append(
+            f"<img class='kf-chart' alt='{html.escape(label)}' title='{html.escape(label)}' "
+            f"width='320' height='120' src='data:image/svg+xml;base64,{data}'>"
+        )
+    return "<div style='display:flex;flex-wrap:wrap;gap:6px'>" + "".join(imgs) + "</div>"
 
 
 def _progress_html(progress: float | None) -> str:
@@ -209,12 +233,12 @@ def final_html(
     rt = f" · runtime {html.escape(runtime)}" if runtime else ""
     took = f" · took {fmt_duration(duration)}" if duration is not None else ""
     step = f" · step {state.step}" if state.step is not None else ""
-    chart = state.chart_svg() if state.metrics else ""
+    chart = _charts_html(state)
     pointer = log_pointer or f"<code>%kf_logs {html.escape(name)}</code>"
     shown = min(lines_per_source, state.tail_lines)
     return (
-        f"<div class='kf-monitor-static' data-job='{html.escape(name)}' "
-        f"data-status='{html.escape(label)}'>"
+        f"<div class='kf-monitor-static kf-status-{_css_key(label)}' "
+        f"data-job='{html.escape(name)}' data-status='{html.escape(label)}'>"
         f"<div><b>{html.escape(name)}</b> · {html.escape(_target(backend, namespace))}{rt} · "
         f"{badge_html(label)}{took}{step}</div>"
         f"{_progress_html(state.progress)}{chart}{_failure_html(job)}"

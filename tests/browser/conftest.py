@@ -167,6 +167,7 @@ def open_notebook(page: Any, lab: dict, name: str) -> None:
     """Open a notebook in the page and wait until its kernel is idle."""
     from playwright.sync_api import expect
 
-    page.goto(f"{lab['url']}/lab/tree/{name}?token={lab['token']}")
+    # ?reset: a fresh layout with this notebook only (no tabs restored from earlier tests)
+    page.goto(f"{lab['url']}/lab/tree/{name}?reset&token={lab['token']}")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
     expect(page.locator(".jp-StatusBar-Widget", has_text="| Idle")).to_have_count(1, timeout=90_000)
