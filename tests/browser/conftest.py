@@ -64,7 +64,7 @@ def _notebook(cells: list[str]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+def lab(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[dict]:
     """A running JupyterLab with the kf-jupyter server extension on a temp job store."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
@@ -74,6 +74,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     notebooks, state, config, settings = (tmp / d for d in ("nb", "state", "config", "settings"))
     for d in (notebooks, state, config, settings / "@jupyterlab" / "apputils-extension"):
         d.mkdir(parents=True)
+    # a test module may turn lab extensions off (LAB_DISABLED = ["kf-jupyter-labextension"])
+    disabled = getattr(request.module, "LAB_DISABLED", [])
+    if disabled:
+        (config / "labconfig").mkdir()
+        (config / "labconfig" / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": dict.fromkeys(disabled, True)})
+        )
     (config / "jupyter_server_config.json").write_text(
         json.dumps({"ServerApp": {"jpserver_extensions": {"kf_jupyter": True}}})
     )
