@@ -54,9 +54,9 @@ def log_box_html(body: str, max_height: str = "24em") -> str:
     long lines at word boundaries (a word longer than the line is broken only then)."""
     return (
         f"<div class='kf-log-box' style='display:flex;flex-direction:column-reverse;"
-        f"max-height:{max_height};overflow:auto'><pre class='kf-log' style='margin:0;"
-        "font-size:12px;line-height:1.3;white-space:pre-wrap;overflow-wrap:break-word;"
-        f"word-break:normal'>{body}</pre></div>"
+        f"max-height:{max_height};overflow:auto'><pre class='kf-log' style='flex-shrink:0;"
+        "margin:0;font-family:monospace;font-size:12px;line-height:1.3;white-space:pre-wrap;"
+        f"overflow-wrap:break-word;word-break:normal'>{body}</pre></div>"
     )
 
 

@@ -310,8 +310,10 @@ def test_saved_static_rendering_shows_in_an_untrusted_notebook(lab: dict) -> Non
 def _shows_its_end(box: Any) -> bool:
     """The last line of a static log box is visible inside it (it opened at its end)."""
     return box.evaluate(
-        "b => { const p = b.querySelector('pre').getBoundingClientRect();"
-        " const r = b.getBoundingClientRect(); return p.bottom <= r.bottom + 1; }"
+        "b => { const pre = b.querySelector('pre'); const p = pre.getBoundingClientRect();"
+        " const r = b.getBoundingClientRect();"
+        " return pre.scrollHeight <= pre.clientHeight + 1 && p.bottom <= r.bottom + 1"
+        " && p.bottom >= r.bottom - 1; }"
     )
 
 
