@@ -121,7 +121,7 @@ def test_static_rendering_of_a_complete_job():
     assert f"color:{PALETTE[1]}'>[rank-1]</span>" in html
     assert "##kf-jupyter" not in html and "##kf-jupyter" not in data["text/plain"]
     assert pointer in html
-    assert "flex-direction:column-reverse" in html  # the log box opens at its end, no JS
+    assert "Last 12 lines of every process" in html
     assert "overflow-wrap:break-word" in html and "word-break:normal" in html
     assert data["text/plain"].splitlines()[0] == "Job torch-1a2b3c4d (local): Complete, took 1:15"
 
@@ -155,3 +155,13 @@ def test_cancelled_is_what_the_backend_recorded_and_hides_the_launcher_dump():
     # a failed job keeps every source's lines
     failed = final_bundle(st, _job(FAILED, "FailedJobs", "boom"), "j", "local")
     assert "SignalException" in failed["text/html"]
+
+
+def test_static_rendering_stays_short_with_many_ranks():
+    st = LogState()
+    for i in range(30):
+        for r in range(16):
+            st.add(f"rank-{r}", f"rank {r} line {i}")
+    text = final_bundle(st, _job(), "j", "local")["text/html"]
+    assert "Last 3 lines of every process" in text
+    assert text.count("[rank-") == 16 * 3 and "rank 15 line 29" in text

@@ -49,12 +49,17 @@ def _source_key(source: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else -1, source)
 
 
-def log_box_html(body: str, max_height: str = "24em") -> str:
-    """A scrolling log box that opens at its end without JavaScript (column-reverse), wrapping
-    long lines at word boundaries (a word longer than the line is broken only then)."""
+def log_box_html(body: str, max_height: str | None = "24em") -> str:
+    """A log box that opens at its end without JavaScript (a scroll box in column-reverse when
+    `max_height` is set), wrapping long lines at word boundaries (a word longer than the line is
+    broken only then)."""
+    box = (
+        f"display:flex;flex-direction:column-reverse;max-height:{max_height};overflow:auto"
+        if max_height
+        else ""
+    )
     return (
-        f"<div class='kf-log-box' style='display:flex;flex-direction:column-reverse;"
-        f"max-height:{max_height};overflow:auto'><pre class='kf-log' style='flex-shrink:0;"
+        f"<div class='kf-log-box' style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
         "margin:0;font-family:monospace;font-size:12px;line-height:1.3;white-space:pre-wrap;"
         f"overflow-wrap:break-word;word-break:normal'>{body}</pre></div>"
     )

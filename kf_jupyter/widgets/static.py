@@ -201,9 +201,17 @@ def shown_sources(state: LogState, label: str) -> list[str]:
     return sources
 
 
+def lines_for(n_sources: int, lines_per_source: int) -> int:
+    """Lines shown per source: `lines_per_source`, fewer when many sources (about 48 in all,
+    at least 3 each)."""
+    return max(3, min(lines_per_source, 48 // max(1, n_sources)))
+
+
 def _tails_html(state: LogState, lines_per_source: int, label: str = "") -> str:
     rows = []
-    for source in shown_sources(state, label):
+    sources = shown_sources(state, label)
+    lines_per_source = lines_for(len(sources), lines_per_source)
+    for source in sources:
         tail = list(state.tails.get(source, []))[-lines_per_source:]
         colour = source_colour(source)
         for line in tail:
@@ -213,7 +221,10 @@ def _tails_html(state: LogState, lines_per_source: int, label: str = "") -> str:
             )
     if not rows:
         return "<div><small>(no log lines)</small></div>"
-    return log_box_html("\n".join(rows), max_height="20em")
+    # No scroll box: sanitizers (JupyterLab's for untrusted notebooks, viewers') keep a
+    # max-height but drop overflow, so the text would spill over what follows. The number of
+    # lines is bounded instead (see lines_for), and the view ends with the last lines.
+    return log_box_html("\n".join(rows), max_height=None)
 
 
 def final_html(
@@ -235,7 +246,7 @@ def final_html(
     step = f" · step {state.step}" if state.step is not None else ""
     chart = _charts_html(state)
     pointer = log_pointer or f"<code>%kf_logs {html.escape(name)}</code>"
-    shown = min(lines_per_source, state.tail_lines)
+    shown = lines_for(len(shown_sources(state, label)), min(lines_per_source, state.tail_lines))
     return (
         f"<div class='kf-monitor-static kf-status-{_css_key(label)}' "
         f"data-job='{html.escape(name)}' data-status='{html.escape(label)}'>"
