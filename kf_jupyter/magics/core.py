@@ -27,7 +27,7 @@ from ..errors import (
 )
 from ..trainers import TRAINER_CLASSES, BaseTrainer
 from ..types import COMPLETE, FAILED
-from .cell import build_cell_function
+from .cell import build_cell_function, oversize_message, oversized_training_cell
 from .handle import JobHandle
 
 
@@ -51,6 +51,21 @@ def _parse_args(magic: Any, line: str) -> Any:
 
 def _fail(message: str) -> KFMagicError:
     return KFMagicError(mask_secrets(message))
+
+
+def _refuse_oversized_training_cell(lines: list[str]) -> list[str]:
+    """IPython input transformer: a training cell too large to submit is refused at once."""
+    size = oversized_training_cell(lines)
+    if size is not None:
+        raise _fail(oversize_message(size))
+    return lines
+
+
+def _install_size_check(shell: Any) -> None:
+    """Put the size check first among the shell's clean-up transformers (once)."""
+    cleanup = getattr(shell, "input_transformers_cleanup", None)
+    if isinstance(cleanup, list) and _refuse_oversized_training_cell not in cleanup:
+        cleanup.insert(0, _refuse_oversized_training_cell)
 
 
 def _training_args(framework: str) -> Any:
@@ -149,6 +164,8 @@ class KubeflowMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self._clients: dict[tuple[str, str | None, str | None, str | None], Any] = {}
         self.monitors: list[Any] = []
+        if shell is not None:
+            _install_size_check(shell)
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -367,11 +384,16 @@ class KubeflowMagics(Magics):
         except (ClusterUnreachableError, ImportError) as exc:
             if backend != "kubernetes":
                 raise
+            from ..backends.local.runtimes import local_runtimes
             from ..build import build_trainjob
-            from ..runtimes import Runtime
+            from ..runtimes import Runtime, select_runtime
 
-            rt_name = args.runtime or f"{trainer.framework}-distributed"
-            runtime = Runtime(name=rt_name, framework=trainer.framework, ml_policy=trainer.policy)
+            # The runtime a default Trainer install would give this trainer.
+            defaults = {r.name: r for r in local_runtimes()}
+            rt_name = args.runtime or select_runtime(trainer, defaults.values()).name
+            runtime = defaults.get(rt_name) or Runtime(
+                name=rt_name, framework=trainer.framework, ml_policy=trainer.policy
+            )
             plan = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
             why = str(exc).split(". ")[0] if isinstance(exc, KFJupyterError) else "not available"
             print(

@@ -159,7 +159,8 @@ class LogState:
         parts = []
         for s, ln in rows:
             colour = source_colour(s)
-            parts.append(f"<span style='color:{colour}'>[{s}]</span> {html.escape(ln)}")
+            prefix = html.escape(f"[{s}]")  # a source is a log file's name: anything at all
+            parts.append(f"<span style='color:{colour}'>{prefix}</span> {html.escape(ln)}")
         return log_box_html("\n".join(parts))
 
     def failure_tail(self, job: Any = None) -> tuple[str, list[str]]:

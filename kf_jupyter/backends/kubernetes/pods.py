@@ -99,4 +99,22 @@ def pod_step(pod: dict[str, Any]) -> Step:
         rank=index if rjob == NODE_JOB else None,
         exit_code=exit_code,
         device="gpu" if gpu else "cpu",
+        pod_name=pod.get("metadata", {}).get("name"),
+        device_count=pod_device_count(pod),
     )
+
+
+def pod_device_count(pod: dict[str, Any]) -> str | None:
+    """Processes per node as the SDK reports them: the node container's PET_NPROC_PER_NODE when
+    a number, else its GPU or CPU limit."""
+    for c in pod.get("spec", {}).get("containers") or []:
+        if c.get("name") != pod_container(pod):
+            continue
+        for e in c.get("env") or []:
+            if e.get("name") == "PET_NPROC_PER_NODE" and str(e.get("value", "")).isdigit():
+                return str(e["value"])
+        limits = (c.get("resources") or {}).get("limits") or {}
+        for key in ("nvidia.com/gpu", "cpu"):
+            if key in limits:
+                return str(limits[key])
+    return None

@@ -16,6 +16,7 @@ import pickle
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -31,7 +32,6 @@ from ...errors import (
     BackendError,
     JobFailedError,
     JobNotFoundError,
-    RuntimeNotFoundError,
     ValidationError,
     WaitTimeoutError,
 )
@@ -43,7 +43,7 @@ from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
 from .logs import iter_records
-from .runtimes import LOCAL_RUNTIMES
+from .runtimes import canonical_name, check_emulable, find_runtime, local_runtimes
 
 log = logging.getLogger("kf_jupyter.local")
 
@@ -62,6 +62,34 @@ def _time(value: Any) -> datetime | None:
     return datetime.fromtimestamp(float(value), UTC) if value else None
 
 
+_PRIVATE_MARK = ".private-v1"
+
+
+def make_store_private(state_dir: Path) -> None:
+    """The state directory and everything in it owner-only (0700 dirs, 0600 files).
+
+    New files are created that way; a store made by an older version (0755/0644) is tightened
+    once, on first use: group and other bits are removed from everything in it (the owner's
+    own bits, such as a venv's executables, stay).
+    """
+    try:
+        state_dir.chmod(sv.PRIVATE_DIR)
+    except OSError:  # not there yet (made private when created), or not ours: leave it
+        return
+    mark = state_dir / _PRIVATE_MARK
+    if mark.exists():
+        return
+    for root, dirs, files in os.walk(state_dir):
+        for entry in [*dirs, *files]:
+            path = os.path.join(root, entry)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if not stat.S_ISLNK(mode) and mode & 0o077:
+                    os.chmod(path, stat.S_IMODE(mode) & ~0o077)
+    with contextlib.suppress(OSError):
+        os.close(sv.private_open(str(mark)))
+
+
 def _reap_in_background(proc: subprocess.Popen[bytes]) -> None:
     threading.Thread(target=proc.wait, name="kf-jupyter-reaper", daemon=True).start()
 
@@ -73,6 +101,7 @@ class LocalBackend:
 
     def __init__(self, config: LocalBackendConfig | None = None) -> None:
         self.config = config or LocalBackendConfig()
+        self._private = False
 
     # ------------------------------------------------------------------ paths
 
@@ -84,6 +113,9 @@ class LocalBackend:
     @property
     def jobs_dir(self) -> Path:
         """One folder per job."""
+        if not self._private:
+            self._private = True
+            make_store_private(self.state_dir)
         return self.state_dir / "jobs"
 
     def job_dir(self, name: str) -> Path:
@@ -108,18 +140,12 @@ class LocalBackend:
     # ------------------------------------------------------------------ runtimes
 
     def list_runtimes(self, framework: str | None = None) -> list[Runtime]:
-        """The built-in local runtimes (local-torch, local-mpi, local-jax, local-xgboost)."""
-        return [r for r in LOCAL_RUNTIMES if framework is None or r.framework == framework]
+        """The default Trainer install's runtimes (torch-distributed, ...; see runtimes.py)."""
+        return [r for r in local_runtimes() if framework is None or r.framework == framework]
 
     def get_runtime(self, name: str) -> Runtime:
-        """One local runtime by name."""
-        for r in LOCAL_RUNTIMES:
-            if r.name == name:
-                return r
-        raise RuntimeNotFoundError(
-            f"No local runtime named {name!r}. Local runtimes: "
-            f"{', '.join(r.name for r in LOCAL_RUNTIMES)}."
-        )
+        """One local runtime by name (the old `local-*` names still work, with a warning)."""
+        return find_runtime(name)
 
     # ------------------------------------------------------------------ submit
 
@@ -134,7 +160,10 @@ class LocalBackend:
         options: Iterable[Any] | None,
         job_dir: Path | None = None,
     ) -> tuple[dict[str, Any], LaunchPlan, Runtime, int]:
+        if isinstance(runtime, str):
+            runtime = canonical_name(runtime)
         rt = resolve_runtime_arg(self, trainer, runtime)
+        check_emulable(rt)
         manifest = build_trainjob(trainer, rt, runtime_config, options, backend=self)
         name = manifest["metadata"]["name"]
         jd = job_dir or (self.jobs_dir / name)
@@ -206,8 +235,9 @@ class LocalBackend:
             )
         jd = self.jobs_dir / name
         try:
-            self.jobs_dir.mkdir(parents=True, exist_ok=True)
-            jd.mkdir()
+            self.jobs_dir.mkdir(mode=sv.PRIVATE_DIR, parents=True, exist_ok=True)
+            make_store_private(self.state_dir)
+            jd.mkdir(mode=sv.PRIVATE_DIR)
         except FileExistsError:
             raise ValidationError(
                 f"A local job named {name!r} already exists. Delete it with "
@@ -277,7 +307,7 @@ class LocalBackend:
     ) -> str:
         name = plan.job_name
         for sub in ("logs", "tmp", "work"):
-            (jd / sub).mkdir()
+            (jd / sub).mkdir(mode=sv.PRIVATE_DIR)
         spawn = {
             "job": name,
             "cwd": cwd,
@@ -320,7 +350,8 @@ class LocalBackend:
             },
         )
         sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
-        with open(jd / "supervisor.log", "ab") as out:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        with os.fdopen(sv.private_open(str(jd / "supervisor.log"), flags), "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-I", sv.__file__, str(jd)],
                 stdin=subprocess.DEVNULL,
