@@ -3,11 +3,14 @@ and the colour palette shared with the lab extension (fast: no kernel, no browse
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
 
 from kf_jupyter.types import COMPLETE, FAILED, TrainJob
 from kf_jupyter.widgets.state import PALETTE, LogState, source_colour, source_colour_index
@@ -17,6 +20,7 @@ from kf_jupyter.widgets.static import (
     live_bundle,
     status_label,
 )
+from tests.test_html_escaping import hostile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,3 +169,29 @@ def test_static_rendering_stays_short_with_many_ranks():
     text = final_bundle(st, _job(), "j", "local")["text/html"]
     assert "Last 3 lines of every process" in text
     assert text.count("[rank-") == 16 * 3 and "rank 15 line 29" in text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(x=hostile)
+def test_live_and_static_renderings_escape_hostile_text(x: str) -> None:
+    """Hostile job names, sources, lines, metric names and messages stay text (issue 13's
+    escaping check, applied to this module's renderers)."""
+    from tests import test_html_escaping as esc
+
+    tags = esc.TAGS | {"img", "br"}
+    attrs = esc.ATTRS | {"data-job", "data-status", "alt", "title", "src"}
+    st = LogState()
+    st.add(x, x)
+    st.add("rank-0", "##kf-jupyter:report " + json.dumps({"step": 1, "metrics": {x: 1.0}}))
+    job = TrainJob(name="j", status=FAILED, backend="local", reason=x, message=x)
+    object.__setattr__(job, "failure", Failure(x, x, x, [x]))
+    for markup in (
+        final_bundle(st, job, x, x, x, x, f"<code>{html.escape(x)}</code>", label=x)["text/html"],
+        live_bundle(x, x, x, x, True, None)["text/html"],
+    ):
+        p = esc._Collect()
+        p.feed(markup)
+        p.close()
+        bad = [(t, a) for t, a in p.tags if t not in tags or set(a) - attrs]
+        assert not bad, f"markup from the input became HTML: {bad}"
+        assert x.replace("\r", "") in "".join(p.text).replace("\r", "")
