@@ -227,6 +227,7 @@ def test_reopened_notebook_reattaches_and_ended_jobs_cannot_be_cancelled(lab: di
                 0, timeout=60_000
             )
             expect(reattach.locator(".kf-live-cancel")).to_be_enabled(timeout=10_000)
+            _check_follow(page, reattach)
             reattach.locator(".kf-live-cancel").click()
             expect(reattach.locator(".kf-live-status")).to_have_text("Cancelled", timeout=10_000)
             expect(reattach.locator(".kf-live-cancel")).to_be_disabled()
@@ -305,6 +306,28 @@ def test_saved_static_rendering_shows_in_an_untrusted_notebook(lab: dict) -> Non
             page.screenshot(path=str(ARTIFACTS / "static-untrusted.png"))
         finally:
             browser.close()
+
+
+def _check_follow(page: Any, monitor: Any) -> None:
+    """The log view follows the end while lines arrive, stops when the user scrolls up, and
+    follows again from the Follow box."""
+    from playwright.sync_api import expect
+
+    log = monitor.locator(".kf-live-log")
+    follow = monitor.locator(".kf-live-follow")
+    gap = "e => e.scrollHeight - e.clientHeight - e.scrollTop"
+    _wait(lambda: log.evaluate("e => e.scrollHeight > e.clientHeight + 100"), 60, "log overflows")
+    expect(follow).to_be_checked()
+    assert log.evaluate(gap) < 4  # at the end
+    log.hover()
+    page.mouse.wheel(0, -300)
+    expect(follow).not_to_be_checked(timeout=5_000)
+    top = log.evaluate("e => e.scrollTop")
+    lines = log.locator(".kf-log-line").count()
+    _wait(lambda: log.locator(".kf-log-line").count() > lines + 5, 30, "more lines")
+    assert abs(log.evaluate("e => e.scrollTop") - top) < 2  # new lines did not pull it down
+    follow.check()
+    _wait(lambda: log.evaluate(gap) < 4, 5, "back at the end")
 
 
 def _shows_its_end(box: Any) -> bool:
