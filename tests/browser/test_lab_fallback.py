@@ -17,7 +17,7 @@ LAB_DISABLED = ["kf-jupyter-labextension"]
 CELLS = [
     "%load_ext kf_jupyter",
     "%%torchtrain -n 1 -p 2 --name fallback-job\nimport os, time\n"
-    "for i in range(40):\n    print(f\"rank {os.environ['RANK']} line {i}\", flush=True)\n"
+    "for i in range(80):\n    print(f\"rank {os.environ['RANK']} line {i}\", flush=True)\n"
     "    time.sleep(0.25)\n",
 ]
 
@@ -44,13 +44,13 @@ def test_without_the_extension_the_widget_says_what_works_then_leaves_the_static
             expect(widget.locator(".kf-busy-note")).to_contain_text(
                 "interrupt the kernel", timeout=30_000
             )
-            expect(widget.locator(".kf-log")).to_contain_text("rank 1 line", timeout=120_000)
+            expect(widget.locator(".kf-log-box")).to_contain_text("rank 1 line", timeout=120_000)
             expect(cell.locator(".kf-LiveMonitor")).to_have_count(0)
             page.screenshot(path=str(ARTIFACTS / "fallback-widget.png"))
             static = cell.locator(".kf-monitor-static.kf-status-complete")
             expect(static).to_be_visible(timeout=180_000)
             expect(cell.locator(".jupyter-widgets.widget-vbox")).to_have_count(0)
-            expect(static).to_contain_text("rank 1 line 39")
+            expect(static).to_contain_text("rank 1 line 79")
             page.screenshot(path=str(ARTIFACTS / "fallback-static.png"))
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "fallback-failure.png"))
