@@ -529,7 +529,7 @@ class KubeflowMagics(Magics):
 
         def read() -> None:
             try:
-                for rec in handle.client.iter_log_records(handle.name, follow=True):
+                for rec in handle.client.iter_log_records(handle.name, follow=True, stop=stop):
                     if stop.is_set():
                         return
                     lines.put(rec)

@@ -190,12 +190,13 @@ class LogState:
             ys = [p[1] for p in series]
             x0, x1 = min(xs), max(xs)
             y0, y1 = min(ys), max(ys)
-            dx = (x1 - x0) or 1.0
-            dy = (y1 - y0) or 1.0
+            # halves: the span of two finite floats near ±1.8e308 would overflow to inf
+            dx = (x1 / 2 - x0 / 2) or 1.0
+            dy = (y1 / 2 - y0 / 2) or 1.0
             pad = 6
             pts = " ".join(
-                f"{pad + (x - x0) / dx * (width - 2 * pad):.1f},"
-                f"{height - pad - (y - y0) / dy * (height - 2 * pad - 14):.1f}"
+                f"{pad + (x / 2 - x0 / 2) / dx * (width - 2 * pad):.1f},"
+                f"{height - pad - (y / 2 - y0 / 2) / dy * (height - 2 * pad - 14):.1f}"
                 for x, y in series
             )
             colour = PALETTE[i % len(PALETTE)]

@@ -500,6 +500,7 @@ class LocalBackend:
         step: str | None = None,
         follow: bool = False,
         tail_lines: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[LogRecord]:
         """Log lines with their source (`rank-N`, `node-0`, `launcher`); follow=True streams."""
         jd = self.job_dir(name)
@@ -512,7 +513,7 @@ class LocalBackend:
                 last[1] = self._is_done(name)
             return bool(last[1])
 
-        return iter_records(str(jd / "logs"), step, follow, tail_lines, is_done=done)
+        return iter_records(str(jd / "logs"), step, follow, tail_lines, is_done=done, stop=stop)
 
     def get_job_logs(
         self,
