@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -93,6 +94,9 @@ def _training_args(framework: str) -> Any:
         ma.argument("--args", default=None, help="notebook variables passed, e.g. lr,epochs"),
         ma.argument("--config", default=None, help="variable: a RuntimeConfig or its form"),
         ma.argument("--options", default=None, help="variable: a list of options or the form"),
+        ma.argument("--workspace", default=None, help="folder shipped (default: the cwd)"),
+        ma.argument("--no-workspace", action="store_true", help="ship no folder"),
+        ma.argument("--workspace-limit", default=None, help="e.g. 16MiB (default 4MiB)"),
     ]
     if framework == "torch":
         decorators.append(ma.argument("--max-restarts", type=int, default=None))
@@ -115,6 +119,26 @@ def _training_args(framework: str) -> Any:
     return apply
 
 
+def _with_workspace(rc: RuntimeConfig | None, args: Any) -> RuntimeConfig | None:
+    """The RuntimeConfig with --workspace / --no-workspace / --workspace-limit applied."""
+    import dataclasses
+
+    from ..workspace import Workspace, parse_size, resolve
+
+    if args.no_workspace and (args.workspace or args.workspace_limit):
+        raise ValidationError("--no-workspace cannot be combined with --workspace options.")
+    if args.no_workspace:
+        return dataclasses.replace(rc or RuntimeConfig(), workspace=False)
+    if not (args.workspace or args.workspace_limit):
+        return rc
+    ws = resolve(rc.workspace if rc else None) or Workspace()
+    if args.workspace:
+        ws = dataclasses.replace(ws, path=os.path.expanduser(args.workspace))
+    if args.workspace_limit:
+        ws = dataclasses.replace(ws, max_bytes=parse_size(args.workspace_limit))
+    return dataclasses.replace(rc or RuntimeConfig(), workspace=ws)
+
+
 def _parse_kv(text: str, what: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -131,6 +155,19 @@ def _resources(text: str | None) -> dict[str, str] | None:
             k, v = _parse_kv(part.strip(), "--resources")
             out[k] = v.strip()
     return out
+
+
+def _workspace_preview(plan: dict[str, Any]) -> str:
+    """The workspace part of a dry run: what ships, as YAML comments."""
+    ws = plan["workspace"]
+    lines = [
+        f"# workspace: {ws['folder']} -> {ws['file_count']} files, {ws['size']} "
+        f"(limit {ws['limit']}); every rank starts in a copy of it",
+        *(f"#   {f}" for f in ws["files"]),
+    ]
+    if ws.get("skipped"):
+        lines.append("# skipped: " + ", ".join(ws["skipped"]))
+    return "\n".join(lines) + "\n"
 
 
 @magics_class
@@ -372,7 +409,7 @@ class KubeflowMagics(Magics):
 
     def _train(self, framework: str, args: Any, cell: str) -> None:
         trainer = self._trainer(framework, args, cell)
-        rc = self._runtime_config(args)
+        rc = _with_workspace(self._runtime_config(args), args)
         options = self._options(args)
         backend = args.backend or self.backend
         if args.dry_run:
@@ -408,16 +445,28 @@ class KubeflowMagics(Magics):
                 name=rt_name, framework=trainer.framework, ml_policy=trainer.policy
             )
             plan = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
+            from ..backends.kubernetes.workspace import prepare
+
+            carrier = prepare(plan, trainer, rc, os.getcwd())
+            if carrier is not None:
+                ns = args.namespace or self.namespace
+                plan = {"trainjob": plan, "namespace": ns, **carrier.preview()}
             why = str(exc).split(". ")[0] if isinstance(exc, KFJupyterError) else "not available"
             print(
                 f"kf-jupyter: the cluster cannot be reached ({why}); this manifest uses runtime "
                 f"{rt_name!r} without checking that it exists.",
                 file=sys.stderr,
             )
+        extra = ""
+        if isinstance(plan, dict) and isinstance(plan.get("workspace"), dict):
+            extra = _workspace_preview(plan)
         if isinstance(plan, dict) and isinstance(plan.get("trainjob"), dict):
             # The Kubernetes backend wraps the manifest; print the TrainJob itself, ready for
             # `kubectl apply -f`, with its namespace.
             namespace = plan.get("namespace")
+            if namespace and isinstance(plan.get("configmap"), dict):
+                plan["configmap"]["metadata"].setdefault("namespace", namespace)
+            extra += f"---\n{to_yaml(plan['configmap'])}" if plan.get("configmap") else ""
             plan = plan["trainjob"]
             if namespace:
                 plan.setdefault("metadata", {}).setdefault("namespace", namespace)
@@ -426,6 +475,8 @@ class KubeflowMagics(Magics):
                 "namespace", args.namespace or self.namespace
             )
         print(to_yaml(plan), end="")
+        if extra:
+            print(extra, end="")
 
     # -- following a job -------------------------------------------------------------------------
 
@@ -433,28 +484,49 @@ class KubeflowMagics(Magics):
         timeout = args.timeout if args.timeout is not None else self.timeout
         cancel = args.cancel_on_interrupt or self.cancel_on_interrupt
         if self.use_widgets():
-            from ..widgets.monitor import JobMonitor
-
-            monitor = JobMonitor(
-                handle.client,
-                handle.name,
-                backend=handle.backend,
-                runtime=handle.runtime,
-                buffer_lines=self.buffer_lines,
-            )
-            self.monitors = [*self.monitors[-9:], monitor]  # the last 10, for inspection
-            from IPython.display import display
-
-            display(monitor.widget)
-            monitor.start()
+            display = self._show_monitor(handle, waiting=not args.no_wait)
             if args.no_wait:
                 return
-            self._wait_widget(handle, monitor, timeout, cancel)
+            self._wait_widget(handle, *display, timeout, cancel)
         else:
             if args.no_wait:
                 print(f"Submitted {handle.name}; follow it with %kf_logs {handle.name} -f")
                 return
             self._wait_text(handle, timeout, cancel)
+
+    def _show_monitor(self, handle: JobHandle, waiting: bool) -> tuple[Any, Any]:
+        """Display the live monitor of a job (see kf_jupyter.widgets.static); return
+        (monitor, display handle).
+
+        The bundle carries the lab extension's live MIME type (controls that work while the
+        kernel is busy), the ipywidget monitor for other frontends, and a static fallback.
+        """
+        from IPython.display import display
+
+        from ..widgets.monitor import JobMonitor
+        from ..widgets.static import live_bundle
+
+        monitor = JobMonitor(
+            handle.client,
+            handle.name,
+            backend=handle.backend,
+            runtime=handle.runtime,
+            buffer_lines=self.buffer_lines,
+        )
+        monitor.set_waiting(waiting)
+        self.monitors = [*self.monitors[-9:], monitor]  # the last 10, for inspection
+        namespace = getattr(handle.client.backend, "namespace", None)
+        bundle = live_bundle(
+            handle.name,
+            handle.backend,
+            namespace if handle.backend == "kubernetes" else None,
+            handle.runtime,
+            waiting=waiting,
+            widget_model_id=monitor.widget.model_id,
+        )
+        shown = display(bundle, raw=True, display_id=f"kf-jupyter-job-{handle.name}")
+        monitor.start()
+        return monitor, shown
 
     def _interrupted(self, handle: JobHandle, cancel: bool, why: str) -> KFMagicError:
         if cancel:
@@ -464,28 +536,43 @@ class KubeflowMagics(Magics):
             return _fail(f"{why}: job {handle.name} was cancelled (--cancel-on-interrupt).")
         return _fail(
             f"{why}: stopped following job {handle.name}, which keeps running. Reattach with "
-            f"%kf_logs {handle.name} -f, check it with %kf_jobs, or stop it with "
-            f"%kf_delete {handle.name}."
+            f"%kf_monitor {handle.name} (or %kf_logs {handle.name} -f), check it with %kf_jobs, "
+            f"or stop it with the monitor's Cancel or %kf_delete {handle.name}."
         )
 
-    def _wait_widget(self, handle: JobHandle, monitor: Any, timeout: Any, cancel: bool) -> None:
+    def _wait_widget(
+        self, handle: JobHandle, monitor: Any, shown: Any, timeout: Any, cancel: bool
+    ) -> None:
+        from ..errors import JobNotFoundError
+        from ..widgets.static import status_label
+
         try:
             job = handle.client.wait_for_job_status(
                 handle.name, frozenset({COMPLETE, FAILED}), timeout=timeout or 10**9
             )
         except KeyboardInterrupt:
             monitor.stop(detached=not cancel)
+            monitor.set_waiting(False)  # the kernel is free: the widget's controls work now
             raise self._interrupted(handle, cancel, "Interrupted") from None
         except TimeoutError:
             monitor.stop(detached=True)
+            monitor.set_waiting(False)
             raise self._interrupted(handle, False, f"Timed out after {timeout} s") from None
         except JobFailedError:
             job = handle.client.get_job(handle.name)
+        except JobNotFoundError:  # deleted while followed (the monitor's Cancel on Kubernetes)
+            monitor.stop()
+            raise _fail(f"Job {handle.name} was deleted while this cell followed it.") from None
         try:
             monitor.join(timeout=10)
         except KeyboardInterrupt:
             pass
         monitor.finish(job)
+        monitor.set_waiting(False)
+        if shown is not None:  # main thread, before the cell ends: lands in this cell's output
+            shown.update(monitor.final_bundle(job), raw=True)
+        if status_label(job) == "Cancelled":
+            raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:
             raise self._failed(handle, job, monitor.state.failure_tail(job))
 
@@ -546,6 +633,10 @@ class KubeflowMagics(Magics):
                 while True:  # unblock a reader waiting on a full queue
                     lines.get_nowait()
         sys.stdout.flush()
+        from ..widgets.static import status_label
+
+        if status_label(job) == "Cancelled":
+            raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:
             raise self._failed(handle, job, state.failure_tail(job))
 
@@ -647,6 +738,59 @@ class KubeflowMagics(Magics):
                 print(f"Stopped following {args.name}; it keeps running.")
 
         self._guard(run)
+
+    @ma.magic_arguments()
+    @ma.argument("name")
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @ma.argument("--namespace", default=None, help="Kubernetes namespace")
+    @line_magic
+    def kf_monitor(self, line: str) -> None:
+        """Show a job's monitor here: live while it runs (re-attach from any notebook or after
+        a kernel restart; the cell does not wait), its static rendering once it ended."""
+        args = _parse_args(self.kf_monitor, line)
+
+        def run() -> None:
+            from ..types import TERMINAL
+
+            client = self.client(args.backend, args.namespace)
+            job = client.get_job(args.name)
+            handle = JobHandle(client, args.name, client.backend_name, job.runtime or "")
+            if job.status not in TERMINAL:
+                if self.use_widgets():
+                    self._show_monitor(handle, waiting=False)
+                else:
+                    print(
+                        f"Job {args.name} is {job.status}; follow it with %kf_logs {args.name} -f"
+                    )
+                return
+            self._show_final(client, handle, job)
+
+        self._guard(run)
+
+    def _show_final(self, client: Any, handle: JobHandle, job: Any) -> None:
+        from ..widgets.state import LogState
+        from ..widgets.static import final_bundle
+
+        state = LogState(buffer_lines=self.buffer_lines)
+        for rec in client.iter_log_records(handle.name, follow=False):
+            state.add(rec.source, rec.line)
+        backend = getattr(client, "backend", None)
+        job_dir = getattr(backend, "job_dir", None)
+        pointer = ""
+        if callable(job_dir):
+            import html
+
+            pointer = f"<code>{html.escape(str(job_dir(handle.name) / 'logs'))}</code>"
+        namespace = getattr(backend, "namespace", None) if handle.backend == "kubernetes" else None
+        bundle = final_bundle(
+            state, job, handle.name, handle.backend, namespace, handle.runtime, pointer
+        )
+        if getattr(self.shell, "kernel", None) is None:
+            print(bundle["text/plain"])
+            return
+        from IPython.display import display
+
+        display(bundle, raw=True)
 
     @ma.magic_arguments()
     @ma.argument("name")
