@@ -536,7 +536,13 @@ def test_disk_full_under_torchrun(tiny_fs, tmp_path, record_property):
         with pytest.raises(JobFailedError, match="No space left on device") as err:
             client.wait_for_job_status(name, timeout=DEADLINE)
         to_failed.append(time.monotonic() - t0)
-        assert "(LogWriteFailed)" in str(err.value) and "(torchrun)" in str(err.value)
+        message = str(err.value)
+        assert "(LogWriteFailed)" in message, message
+        # Which comes first is a race: a process failing on the full disk (then the message
+        # names it, "node-0 (torchrun)"), or the supervisor's own write meeting ENOSPC (then
+        # no process has failed yet and none is named). Either way the job ends LogWriteFailed.
+        if "Process node-0" in message or "Rank " in message:
+            assert "(torchrun)" in message, message
         assert_no_leftovers(job_dir)
         checked += assert_ledger_kept(ledger_dir, job_dir, ranks=2, at_least=0)
         assert ledger_len(ledger_dir, 0) > 0
