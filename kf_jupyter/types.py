@@ -46,6 +46,8 @@ class TrainJob:
     namespace: str | None = None
     steps: list[Step] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    #: Local jobs: every node started from the warm pool (True), one started cold (False).
+    warm: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (ISO 8601 times), as the server extension sends it."""
@@ -67,6 +69,7 @@ class TrainJob:
                 for s in self.steps
             ],
             "labels": dict(self.labels),
+            "warm": self.warm,
         }
 
 

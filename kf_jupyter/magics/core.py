@@ -123,6 +123,9 @@ def _training_args(framework: str) -> Any:
         ma.argument("-o", "--out", default=None, help="variable that receives the job handle"),
         ma.argument("--timeout", type=float, default=None, help="seconds to follow the job"),
         ma.argument("--cancel-on-interrupt", action="store_true", default=None),
+        ma.argument(
+            "--no-warm", action="store_true", help="local: start the ranks cold, not from the pool"
+        ),
     ]
 
     def apply(func: Any) -> Any:
@@ -211,6 +214,12 @@ class KubeflowMagics(Magics):
         ("auto", "on", "off"), default_value="auto", help="show the job monitor widget"
     ).tag(config=True)
     buffer_lines = Int(400, help="log lines the monitor keeps in view").tag(config=True)
+    warm = Bool(True, help="local: start ranks from the warm pool (docs/local-backend.md)").tag(
+        config=True
+    )
+    warm_prestart = Bool(
+        True, help="local: start the torch pool when the extension loads (if torch is installed)"
+    ).tag(config=True)
     runtime_config = AnyTrait(None, help="session RuntimeConfig (set by %kf_config)")
     options = AnyTrait(None, help="session options list (set by %kf_config)")
 
@@ -230,7 +239,7 @@ class KubeflowMagics(Magics):
         key = (
             (backend, namespace, self.kubeconfig, self.context)
             if backend == "kubernetes"
-            else (backend, None, None, None)
+            else (backend, None, None, str(self.warm))
         )
         if key not in self._clients:
             from ..client import TrainerClient
@@ -246,7 +255,7 @@ class KubeflowMagics(Magics):
             else:
                 from ..backends.local.config import LocalBackendConfig
 
-                self._clients[key] = TrainerClient(LocalBackendConfig())
+                self._clients[key] = TrainerClient(LocalBackendConfig(warm=self.warm))
         return self._clients[key]
 
     def use_widgets(self) -> bool:
@@ -413,6 +422,10 @@ class KubeflowMagics(Magics):
         out = list(opts or [])
         if args.name:
             out.append(Name(args.name))
+        if getattr(args, "no_warm", False):
+            from ..options import Warm
+
+            out.append(Warm(False))
         return out
 
     def _program(self, args: Any, cell: str | None, names: tuple[str, ...]) -> dict[str, Any]:
@@ -542,28 +555,49 @@ class KubeflowMagics(Magics):
         timeout = args.timeout if args.timeout is not None else self.timeout
         cancel = args.cancel_on_interrupt or self.cancel_on_interrupt
         if self.use_widgets():
-            from ..widgets.monitor import JobMonitor
-
-            monitor = JobMonitor(
-                handle.client,
-                handle.name,
-                backend=handle.backend,
-                runtime=handle.runtime,
-                buffer_lines=self.buffer_lines,
-            )
-            self.monitors = [*self.monitors[-9:], monitor]  # the last 10, for inspection
-            from IPython.display import display
-
-            display(monitor.widget)
-            monitor.start()
+            display = self._show_monitor(handle, waiting=not args.no_wait)
             if args.no_wait:
                 return
-            self._wait_widget(handle, monitor, timeout, cancel)
+            self._wait_widget(handle, *display, timeout, cancel)
         else:
             if args.no_wait:
                 print(f"Submitted {handle.name}; follow it with %kf_logs {handle.name} -f")
                 return
             self._wait_text(handle, timeout, cancel)
+
+    def _show_monitor(self, handle: JobHandle, waiting: bool) -> tuple[Any, Any]:
+        """Display the live monitor of a job (see kf_jupyter.widgets.static); return
+        (monitor, display handle).
+
+        The bundle carries the lab extension's live MIME type (controls that work while the
+        kernel is busy), the ipywidget monitor for other frontends, and a static fallback.
+        """
+        from IPython.display import display
+
+        from ..widgets.monitor import JobMonitor
+        from ..widgets.static import live_bundle
+
+        monitor = JobMonitor(
+            handle.client,
+            handle.name,
+            backend=handle.backend,
+            runtime=handle.runtime,
+            buffer_lines=self.buffer_lines,
+        )
+        monitor.set_waiting(waiting)
+        self.monitors = [*self.monitors[-9:], monitor]  # the last 10, for inspection
+        namespace = getattr(handle.client.backend, "namespace", None)
+        bundle = live_bundle(
+            handle.name,
+            handle.backend,
+            namespace if handle.backend == "kubernetes" else None,
+            handle.runtime,
+            waiting=waiting,
+            widget_model_id=monitor.widget.model_id,
+        )
+        shown = display(bundle, raw=True, display_id=f"kf-jupyter-job-{handle.name}")
+        monitor.start()
+        return monitor, shown
 
     def _interrupted(self, handle: JobHandle, cancel: bool, why: str) -> KFMagicError:
         if cancel:
@@ -573,28 +607,43 @@ class KubeflowMagics(Magics):
             return _fail(f"{why}: job {handle.name} was cancelled (--cancel-on-interrupt).")
         return _fail(
             f"{why}: stopped following job {handle.name}, which keeps running. Reattach with "
-            f"%kf_logs {handle.name} -f, check it with %kf_jobs, or stop it with "
-            f"%kf_delete {handle.name}."
+            f"%kf_monitor {handle.name} (or %kf_logs {handle.name} -f), check it with %kf_jobs, "
+            f"or stop it with the monitor's Cancel or %kf_delete {handle.name}."
         )
 
-    def _wait_widget(self, handle: JobHandle, monitor: Any, timeout: Any, cancel: bool) -> None:
+    def _wait_widget(
+        self, handle: JobHandle, monitor: Any, shown: Any, timeout: Any, cancel: bool
+    ) -> None:
+        from ..errors import JobNotFoundError
+        from ..widgets.static import status_label
+
         try:
             job = handle.client.wait_for_job_status(
                 handle.name, frozenset({COMPLETE, FAILED}), timeout=timeout or 10**9
             )
         except KeyboardInterrupt:
             monitor.stop(detached=not cancel)
+            monitor.set_waiting(False)  # the kernel is free: the widget's controls work now
             raise self._interrupted(handle, cancel, "Interrupted") from None
         except TimeoutError:
             monitor.stop(detached=True)
+            monitor.set_waiting(False)
             raise self._interrupted(handle, False, f"Timed out after {timeout} s") from None
         except JobFailedError:
             job = handle.client.get_job(handle.name)
+        except JobNotFoundError:  # deleted while followed (the monitor's Cancel on Kubernetes)
+            monitor.stop()
+            raise _fail(f"Job {handle.name} was deleted while this cell followed it.") from None
         try:
             monitor.join(timeout=10)
         except KeyboardInterrupt:
             pass
         monitor.finish(job)
+        monitor.set_waiting(False)
+        if shown is not None:  # main thread, before the cell ends: lands in this cell's output
+            shown.update(monitor.final_bundle(job), raw=True)
+        if status_label(job) == "Cancelled":
+            raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:
             raise self._failed(handle, job, monitor.state.failure_tail(job))
 
@@ -655,6 +704,10 @@ class KubeflowMagics(Magics):
                 while True:  # unblock a reader waiting on a full queue
                     lines.get_nowait()
         sys.stdout.flush()
+        from ..widgets.static import status_label
+
+        if status_label(job) == "Cancelled":
+            raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:
             raise self._failed(handle, job, state.failure_tail(job))
 
@@ -768,6 +821,59 @@ class KubeflowMagics(Magics):
     @ma.magic_arguments()
     @ma.argument("name")
     @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @ma.argument("--namespace", default=None, help="Kubernetes namespace")
+    @line_magic
+    def kf_monitor(self, line: str) -> None:
+        """Show a job's monitor here: live while it runs (re-attach from any notebook or after
+        a kernel restart; the cell does not wait), its static rendering once it ended."""
+        args = _parse_args(self.kf_monitor, line)
+
+        def run() -> None:
+            from ..types import TERMINAL
+
+            client = self.client(args.backend, args.namespace)
+            job = client.get_job(args.name)
+            handle = JobHandle(client, args.name, client.backend_name, job.runtime or "")
+            if job.status not in TERMINAL:
+                if self.use_widgets():
+                    self._show_monitor(handle, waiting=False)
+                else:
+                    print(
+                        f"Job {args.name} is {job.status}; follow it with %kf_logs {args.name} -f"
+                    )
+                return
+            self._show_final(client, handle, job)
+
+        self._guard(run)
+
+    def _show_final(self, client: Any, handle: JobHandle, job: Any) -> None:
+        from ..widgets.state import LogState
+        from ..widgets.static import final_bundle
+
+        state = LogState(buffer_lines=self.buffer_lines)
+        for rec in client.iter_log_records(handle.name, follow=False):
+            state.add(rec.source, rec.line)
+        backend = getattr(client, "backend", None)
+        job_dir = getattr(backend, "job_dir", None)
+        pointer = ""
+        if callable(job_dir):
+            import html
+
+            pointer = f"<code>{html.escape(str(job_dir(handle.name) / 'logs'))}</code>"
+        namespace = getattr(backend, "namespace", None) if handle.backend == "kubernetes" else None
+        bundle = final_bundle(
+            state, job, handle.name, handle.backend, namespace, handle.runtime, pointer
+        )
+        if getattr(self.shell, "kernel", None) is None:
+            print(bundle["text/plain"])
+            return
+        from IPython.display import display
+
+        display(bundle, raw=True)
+
+    @ma.magic_arguments()
+    @ma.argument("name")
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
     @line_magic
     def kf_delete(self, line: str) -> None:
         """Delete a job and stop its processes."""
@@ -776,6 +882,54 @@ class KubeflowMagics(Magics):
             return None
         self._guard(lambda: self.client(args.backend).delete_job(args.name))
         print(f"Deleted job {args.name}.")
+
+    @ma.magic_arguments()
+    @ma.argument("--stop", action="store_true", help="stop every pool process now")
+    @ma.argument("--start", default=None, help="start the pool of a framework: torch, jax, xgboost")
+    @line_magic
+    def kf_pool(self, line: str) -> None:
+        """The local warm pool: one process per interpreter and framework, with its memory."""
+        args = _parse_args(self.kf_pool, line)
+        from ..backends.local.warm import pool as warm_pool
+
+        backend = self.client("local").backend
+        if args.stop:
+            n = warm_pool.stop_all(backend.state_dir)
+            print(f"kf-jupyter: stopped {n} warm pool process(es).")
+            return
+        if args.start:
+            if args.start not in warm_pool.PRELOAD:
+                raise _fail(f"--start takes one of {', '.join(warm_pool.PRELOAD)}")
+            self._guard(lambda: backend.prestart_pool(args.start))
+        from .render import pool_rows
+
+        pools = warm_pool.list_pools(backend.state_dir)
+        state = "on" if self.warm else "off (%config KubeflowMagics.warm = True turns it on)"
+        print(
+            f"kf-jupyter warm pool: {state}; pool processes end after "
+            f"{backend.config.warm_idle_seconds:.0f} s idle or with this kernel."
+        )
+        self._table(
+            ("framework", "pid", "state", "launches", "RSS", "USS", "fds", "python"),
+            pool_rows(pools),
+            "No pool process runs (the next torch/JAX/XGBoost job starts one).",
+        )
+
+    def prestart(self) -> None:
+        """Start the torch pool in the background when the extension loads (if torch is there)."""
+        if not (self.warm and self.warm_prestart) or self.backend != "local":
+            return
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            return
+        import threading
+
+        def run() -> None:
+            with contextlib.suppress(Exception):
+                self.client("local").backend.prestart_pool("torch")
+
+        threading.Thread(target=run, name="kf-jupyter-prestart", daemon=True).start()
 
     @ma.magic_arguments()
     @ma.argument("--reset", action="store_true", help="clear the session RuntimeConfig and options")
