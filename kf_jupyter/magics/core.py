@@ -827,6 +827,8 @@ class KubeflowMagics(Magics):
         """Show a job's monitor here: live while it runs (re-attach from any notebook or after
         a kernel restart; the cell does not wait), its static rendering once it ended."""
         args = _parse_args(self.kf_monitor, line)
+        if args is None:  # --help was printed
+            return None
 
         def run() -> None:
             from ..types import TERMINAL
@@ -890,6 +892,8 @@ class KubeflowMagics(Magics):
     def kf_pool(self, line: str) -> None:
         """The local warm pool: one process per interpreter and framework, with its memory."""
         args = _parse_args(self.kf_pool, line)
+        if args is None:  # --help was printed
+            return None
         from ..backends.local.warm import pool as warm_pool
 
         backend = self.client("local").backend
