@@ -74,6 +74,8 @@ class TrainJob:
     steps: list[Step] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     trainer_status: TrainerStatus | None = None
+    #: Local jobs: every node started from the warm pool (True), one started cold (False).
+    warm: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (ISO 8601 times), as the server extension sends it."""
@@ -96,6 +98,7 @@ class TrainJob:
             ],
             "labels": dict(self.labels),
             "trainer_status": self.trainer_status.to_dict() if self.trainer_status else None,
+            "warm": self.warm,
         }
 
 

@@ -74,11 +74,11 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], raw_cols: 
     )
 
 
-JOB_HEADERS = ("name", "framework", "backend", "status", "progress", "nodes", "age")
+JOB_HEADERS = ("name", "framework", "backend", "status", "progress", "nodes", "age", "start")
 
 
 def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
-    """Rows of the jobs table (name, framework, backend, status, progress, nodes, age)."""
+    """Rows of the jobs table (name, framework, backend, status, progress, nodes, age, start)."""
     from ..progress import progress_text
 
     rows = []
@@ -90,10 +90,42 @@ def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
         status = j.status
         if j.status == "Created" and j.reason:  # why it waits: Queued, Unschedulable, ...
             status = f"{j.status} ({j.reason})"
+        warm = getattr(j, "warm", None)
+        start = "-" if warm is None else ("warm" if warm else "cold")
         rows.append(
-            [j.name, j.framework or "-", j.backend, status, progress, nodes, age(j.creation_time)]
+            [
+                j.name,
+                j.framework or "-",
+                j.backend,
+                status,
+                progress,
+                nodes,
+                age(j.creation_time),
+                start,
+            ]
         )
     return rows
+
+
+def _mib(value: Any) -> str:
+    return "-" if value is None else f"{int(value) / 2**20:.0f} MiB"
+
+
+def pool_rows(pools: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Rows of the warm-pool table (framework, pid, state, launches, RSS, USS, fds, python)."""
+    return [
+        [
+            str(p.get("framework", "?")),
+            str(p.get("pid") or "-"),
+            str(p.get("state", "?")) if p.get("alive") else "gone",
+            str(p.get("launches", 0)),
+            _mib(p.get("rss_bytes")),
+            _mib(p.get("uss_bytes")),
+            "-" if p.get("fds") is None else str(p["fds"]),
+            str(p.get("python", "")),
+        ]
+        for p in pools
+    ]
 
 
 RUNTIME_HEADERS = ("name", "framework", "policy", "nodes", "image", "note")
