@@ -54,7 +54,7 @@ def test_suspend_stops_the_ranks_and_resume_after_a_kernel_restart_starts_them_a
         func=ticks, func_args={"gate": str(gate)}, num_nodes=2, initialize_distributed=False
     )
     name = client.train(trainer, runtime_config=rc)
-    wait_until(lambda: any("tick 2" in ln for ln in _log(client, name)), 60, "ticks")
+    wait_until(lambda: sum("start rank=" in ln for ln in _log(client, name)) == 2, 60, "both ranks")
     client.suspend_job(name)
     job = client.get_job(name)
     assert job.status == SUSPENDED and job.reason == "Suspended"
