@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from .test_lab_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
-from .test_lab_ui import lab as lab  # the fixture
+from tests.browser.conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS  # `lab`: a fixture there
 
 pytestmark = pytest.mark.slow
 
