@@ -26,6 +26,34 @@ class Step:
     device: str = "cpu"
 
 
+@dataclass(frozen=True)
+class Failure:
+    """The root cause of a failed job: the first rank that failed and its exception.
+
+    `source` names where it happened ("Rank 1", or "node-0" when no rank reported);
+    `traceback` holds the user's frames only (the runner's and the launcher's are left out).
+    """
+
+    source: str
+    exc_type: str
+    message: str
+    traceback: list[str] = field(default_factory=list)
+
+    def headline(self) -> str:
+        """`Rank 1: NameError: name 'x' is not defined`."""
+        what = f"{self.exc_type}: {self.message}" if self.message else self.exc_type
+        return f"{self.source}: {what}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "source": self.source,
+            "exc_type": self.exc_type,
+            "message": self.message,
+            "traceback": list(self.traceback),
+        }
+
+
 @dataclass
 class TrainJob:
     """A job as a backend sees it."""
@@ -44,6 +72,7 @@ class TrainJob:
     namespace: str | None = None
     steps: list[Step] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    failure: Failure | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (ISO 8601 times), as the server extension sends it."""
@@ -65,6 +94,7 @@ class TrainJob:
                 for s in self.steps
             ],
             "labels": dict(self.labels),
+            "failure": self.failure.to_dict() if self.failure else None,
         }
 
 

@@ -99,8 +99,11 @@ class Backend(Protocol):
 
 
 def tag_records(records: Iterator[LogRecord], multi: bool) -> Iterator[str]:
-    """Format records as `get_job_logs` yields them: tagged `[source] ` when `multi`."""
-    for rec in records:
+    """Format records as `get_job_logs` yields them: readable lines only (no protocol lines,
+    no torchrun banner, progress bars collapsed), tagged `[source] ` when `multi`."""
+    from ..logview import readable
+
+    for rec in readable(records):
         yield rec.tagged() if multi else rec.line
 
 

@@ -31,6 +31,16 @@ from .cell import build_cell_function
 from .handle import JobHandle
 
 
+def failure_error_text(name: str, failure: Any) -> str:
+    """The cell's error for a failed job: the root cause first, then where the full log is."""
+    from ..failure import failure_text
+
+    return (
+        f"Job {name} failed. {failure_text(failure)}\n"
+        f"Full logs: %kf_logs {name}; delete it with %kf_delete {name}."
+    )
+
+
 class KFMagicError(Exception):
     """A kf-jupyter error shown as one paragraph (no traceback); the cell ends in error."""
 
@@ -458,6 +468,7 @@ class KubeflowMagics(Magics):
         import queue
         import threading
 
+        from ..logview import collapse_cr
         from ..widgets.state import LogState
 
         state = LogState(buffer_lines=self.buffer_lines)
@@ -493,7 +504,7 @@ class KubeflowMagics(Magics):
                 if isinstance(item, Exception):
                     raise item
                 if item is not None and state.add(item.source, item.line):
-                    print(state.text_prefix(item.source, color) + item.line)
+                    print(state.text_prefix(item.source, color) + collapse_cr(item.line))
                 if deadline and time.monotonic() > deadline:
                     raise TimeoutError
             job = handle.client.wait_for_job_status(
@@ -515,6 +526,9 @@ class KubeflowMagics(Magics):
             raise self._failed(handle, job, state.failure_tail(job))
 
     def _failed(self, handle: JobHandle, job: Any, tail: tuple[str, list[str]]) -> KFMagicError:
+        failure = getattr(job, "failure", None)
+        if failure is not None:
+            return _fail(failure_error_text(handle.name, failure))
         source, lines = tail
         why = " ".join(p for p in (job.reason, job.message) if p) or "a process exited non-zero"
         last = ""

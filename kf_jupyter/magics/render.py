@@ -73,17 +73,37 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], raw_cols: 
     )
 
 
-JOB_HEADERS = ("name", "framework", "backend", "status", "nodes", "age")
+JOB_HEADERS = ("name", "framework", "backend", "status", "nodes", "age", "cause")
+
+
+def job_cause(job: Any, width: int = 80) -> str:
+    """Why a failed job failed, in one line (`Rank 1: NameError: ...`); '' otherwise."""
+    if job.status != "Failed":
+        return ""
+    failure = getattr(job, "failure", None)
+    text = failure.headline() if failure is not None else (job.reason or "")
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
-    """Rows of the jobs table (name, framework, backend, status, nodes, age)."""
+    """Rows of the jobs table (name, framework, backend, status, nodes, age, cause)."""
     rows = []
     for j in sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC)):
         nodes = str(j.num_nodes)
         if j.num_proc_per_node:
             nodes += f"x{j.num_proc_per_node}"
-        rows.append([j.name, j.framework or "-", j.backend, j.status, nodes, age(j.creation_time)])
+        rows.append(
+            [
+                j.name,
+                j.framework or "-",
+                j.backend,
+                j.status,
+                nodes,
+                age(j.creation_time),
+                job_cause(j),
+            ]
+        )
     return rows
 
 

@@ -31,6 +31,7 @@ from ..errors import (
     TrainerNotInstalledError,
     ValidationError,
 )
+from ..logview import readable
 from ..types import LogRecord
 from ..validation import validate_job_name
 from .state import BackendUnavailableError, KFJupyterServer, validate_backend, validate_namespace
@@ -411,7 +412,7 @@ class JobLogsHandler(KFHandler):
                 if follow:
                     chunk = "".join(_sse({"source": r.source, "line": r.line}) for r in batch)
                 else:
-                    chunk = "".join(f"[{r.source}] {r.line}\n" for r in batch)
+                    chunk = "".join(f"[{r.source}] {r.line}\n" for r in readable(batch))
                 self.write(chunk)
                 await self.flush()
             if pump.error is not None:

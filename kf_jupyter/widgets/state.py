@@ -14,6 +14,7 @@ from collections import deque
 from typing import Any
 
 from ..constants import REPORT_PREFIX, RESULT_PREFIX
+from ..logview import collapse_cr, is_banner, is_protocol, is_update
 from ..report import parse_report
 
 #: Rank prefix colours (readable on light and dark themes).
@@ -47,6 +48,7 @@ class LogState:
         self.last_error_source: str | None = None
         self.log_dirty = False
         self.stats_dirty = False
+        self._open: dict[str, bool] = {}  # sources whose `\r` progress line is being written
 
     @property
     def sources(self) -> list[str]:
@@ -73,12 +75,50 @@ class LogState:
         if line.startswith(RESULT_PREFIX):
             self.result_line = line[len(RESULT_PREFIX) :]
             return False
+        if is_protocol(line) or is_banner(line):
+            return False
+        progress = self._put_progress(source, line)
+        if progress is not None:
+            return progress
         self.buffer.append((source, line))
         self.tails[source].append(line)
         if _ERROR_HINT.search(line):
             self.last_error_source = source
         self.log_dirty = True
         return True
+
+    def _put_progress(self, source: str, line: str) -> bool | None:
+        """A `\r` progress line: keep one line per source and update it in place.
+
+        None for an ordinary line. Otherwise the buffer already holds the line, and the value
+        says whether a text view prints it: False for an update of a line still being written,
+        True for the completed line (printed once, as a terminal would leave it). See
+        `kf_jupyter.logview`.
+        """
+        update = is_update(line)
+        if not update and "\r" not in line and source not in self._open:
+            return None
+        text = collapse_cr(line)
+        self.log_dirty = True
+        if source in self._open:
+            self._replace_last(source, text)
+            if not update:
+                del self._open[source]
+            return not update
+        self.buffer.append((source, text))
+        self.tails[source].append(text)
+        if update:
+            self._open[source] = True
+        return not update
+
+    def _replace_last(self, source: str, text: str) -> None:
+        for i in range(len(self.buffer) - 1, -1, -1):
+            if self.buffer[i][0] == source:
+                self.buffer[i] = (source, text)
+                break
+        tail = self.tails[source]
+        if tail:
+            tail[-1] = text
 
     def _report(self, rec: dict[str, Any]) -> None:
         prog = rec.get("progress")

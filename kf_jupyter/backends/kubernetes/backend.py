@@ -48,6 +48,7 @@ from ...errors import (
     ValidationError,
     WaitTimeoutError,
 )
+from ...failure import failure_from_pods, failure_text
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
 from ...types import (
@@ -477,6 +478,9 @@ class KubernetesBackend:
         )
         chosen = newest_pods(pods) if pods is not None else None
         status, reason, message = job_status(obj, chosen, num_nodes)
+        failure = failure_from_pods(chosen) if status == FAILED else None
+        if failure is not None:
+            message = f"{failure_text(failure)}\n({message or reason})"
         completion = None
         if status in TERMINAL:
             completion = parse_time(_conditions(obj)[status].get("lastTransitionTime"))
@@ -495,6 +499,7 @@ class KubernetesBackend:
             namespace=str(meta.get("namespace") or self.namespace),
             steps=[pod_step(p) for p in chosen or []],
             labels=dict(meta.get("labels") or {}),
+            failure=failure,
         )
 
     def _check_namespace(self) -> None:

@@ -35,6 +35,7 @@ from ...errors import (
     ValidationError,
     WaitTimeoutError,
 )
+from ...failure import failure_from_dict
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
 from ...types import COMPLETE, CREATED, FAILED, RUNNING, TERMINAL, Event, LogRecord, Step, TrainJob
@@ -258,6 +259,8 @@ class LocalBackend:
                 "KF_JUPYTER_RESULT_FILE": str(jd / "result.pkl"),
                 "KF_JUPYTER_NODE_RANK": str(proc.node_index),
                 "KF_JUPYTER_JOB_NAME": plan.job_name,
+                # No pod here: a notebook server running in a pod must keep its own message.
+                "KF_JUPYTER_TERMINATION_LOG": "",
             }
         )
         if provided:
@@ -401,6 +404,7 @@ class LocalBackend:
             creation_time=_time(st.get("created")),
             completion_time=_time(st.get("finished")),
             steps=steps,
+            failure=failure_from_dict(st.get("failure")),
         )
 
     def get_job(self, name: str) -> TrainJob:

@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 
+from ...logview import UPDATE, collapse_cr
 from ...types import LogRecord
 
 POLL_SECONDS = 0.05
@@ -47,7 +48,7 @@ def list_sources(log_dir: str) -> list[str]:
 
 def _decode(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace")
-    return text[:-1] if text.endswith("\r") else text
+    return collapse_cr(text[:-1] if text.endswith("\r") else text)
 
 
 def tail_lines_of(path: str, n: int) -> list[str]:
@@ -72,9 +73,11 @@ def tail_lines_of(path: str, n: int) -> list[str]:
 class _Cursor:
     """An open log file, its offset and the incomplete last line read so far."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, updates: bool = False) -> None:
         self.fh = open(path, "rb")
         self.partial = b""
+        self.updates = updates  # follow: yield `\r` updates of the line being written
+        self.shown = ""
 
     def read_lines(self, final: bool = False) -> list[str]:
         out: list[str] = []
@@ -85,13 +88,24 @@ class _Cursor:
             data = self.partial + chunk
             lines = data.split(b"\n")
             self.partial = lines.pop()
+            if lines:
+                self.shown = ""
             out.extend(_decode(x) for x in lines)
             if len(out) >= 10_000:
                 return out
         if final and self.partial:
             out.append(_decode(self.partial))
             self.partial = b""
+        elif self.updates and b"\r" in self.partial:
+            self._update(out)
         return out
+
+    def _update(self, out: list[str]) -> None:
+        """A progress bar still being written: its current state as one `\r` update record."""
+        text = _decode(self.partial)
+        if text and text != self.shown:
+            self.shown = text
+            out.append(UPDATE + text)
 
     def close(self) -> None:
         self.fh.close()
@@ -141,7 +155,7 @@ def iter_records(
                 if wanted(source) and source not in cursors:
                     path = os.path.join(log_dir, source + ".log")
                     try:
-                        cur = _Cursor(path)
+                        cur = _Cursor(path, updates=True)
                     except FileNotFoundError:
                         continue
                     if first and tail_lines is not None:
