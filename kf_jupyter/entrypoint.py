@@ -152,7 +152,7 @@ def _kfj_exc_type(exc):
     return name if module in ("builtins", "__main__", "") else f"{module}.{name}"
 
 
-def _kfj_user_traceback(exc, func_file):
+def _kfj_user_traceback(exc, func_file, label="<training function>"):
     """The traceback lines without this runner's frames; the user's file shown by its role."""
     import traceback
 
@@ -171,9 +171,7 @@ def _kfj_user_traceback(exc, func_file):
                 continue
             if func_file and os.path.abspath(frame.filename) == os.path.abspath(func_file):
                 _ = frame.line  # read the source line before the file name changes
-                frame.filename = (
-                    "<training cell>" if frame.name == "kf_train_cell" else "<training function>"
-                )
+                frame.filename = label
             kept.append(frame)
         cur.stack = traceback.StackSummary.from_list(kept)
         todo.extend(t for t in (cur.__cause__, cur.__context__) if t is not None)
@@ -181,7 +179,7 @@ def _kfj_user_traceback(exc, func_file):
     return "".join(te.format()).rstrip("\n").split("\n")
 
 
-def _kfj_report_failure(exc, func_file, rank):
+def _kfj_report_failure(exc, func_file, rank, label="<training function>"):
     """Print the user's traceback and one `##kf-jupyter:error` record; fill the termination log.
 
     The record (one JSON line, hidden from every view) carries the full traceback with the
@@ -191,7 +189,7 @@ def _kfj_report_failure(exc, func_file, rank):
     import traceback
 
     try:
-        lines = _kfj_user_traceback(exc, func_file)
+        lines = _kfj_user_traceback(exc, func_file, label)
     except Exception:  # never hide the user's error behind ours
         lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).split("\n")
     full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -219,7 +217,8 @@ def _kfj_termination_log(record):
             return
         short = dict(record)
         short.pop("full", None)
-        short["traceback"] = short["traceback"][-30:]
+        short["message"] = short["message"][:1000]
+        short["traceback"] = [ln[:300] for ln in short["traceback"][-30:]]
         text = _KFJ_ERROR + json.dumps(short, default=str)
         while len(text.encode("utf-8")) > _KFJ_TERMINATION_BYTES and len(short["traceback"]) > 1:
             short["traceback"] = short["traceback"][2:]
@@ -237,7 +236,14 @@ def _kfj_guarded(main, argv):
         return main(argv)
     except Exception as exc:
         func_file = argv[1] if len(argv) > 1 else None
-        _kfj_report_failure(exc, func_file, _kfj_rank())
+        cell = len(argv) > 2 and argv[2] == "kf_train_cell"  # magics.cell.FUNC_NAME
+        label = "<training cell>" if cell else "<training function>"
+        _kfj_report_failure(exc, func_file, _kfj_rank(), label)
+        # As `python -m mpi4py` does: a rank that failed aborts the MPI job. A normal exit would
+        # call MPI_Finalize, which waits for ranks that wait for this one: the job would hang.
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.COMM_WORLD.Abort(1)
         raise SystemExit(1) from None
 
 

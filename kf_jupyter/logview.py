@@ -14,6 +14,7 @@ results and errors from it). Every user-facing text view passes lines through he
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 
 from .constants import PROTOCOL_PREFIX
@@ -61,3 +62,15 @@ def readable(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
     for rec in records:
         if shown(rec.line):
             yield LogRecord(rec.source, collapse_cr(rec.line))
+
+
+#: Extra raw lines read for `tail_lines`, so that hidden lines do not shorten the tail.
+TAIL_SLACK = 32
+
+
+def last_readable(records: Iterable[LogRecord], n: int) -> list[LogRecord]:
+    """The last `n` readable records of each source, sources in the order they came."""
+    tails: dict[str, deque[LogRecord]] = {}
+    for rec in readable(records):
+        tails.setdefault(rec.source, deque(maxlen=max(0, n))).append(rec)
+    return [rec for tail in tails.values() for rec in tail]

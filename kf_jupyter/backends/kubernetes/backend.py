@@ -63,7 +63,7 @@ from ...types import (
     Step,
     TrainJob,
 )
-from ..base import StatusCallback, resolve_runtime_arg, tag_records
+from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
 from .config import KubernetesBackendConfig
 from .errors import Where, trainer_missing, translate
 from .watch import SYNC, ObjectWatch
@@ -756,7 +756,7 @@ class KubernetesBackend:
         """Log lines, tagged `[node-N] ` when the job has more than one pod."""
         job = self.get_job(name)
         multi = len(self.log_sources(job, step)) > 1
-        return tag_records(self.iter_log_records(name, step, follow, tail_lines), multi)
+        return tag_records(human_records(self, name, step, follow, tail_lines), multi)
 
     def get_job_events(self, name: str) -> list[Event]:
         """Events about the TrainJob, its JobSet, Jobs and pods, oldest first."""

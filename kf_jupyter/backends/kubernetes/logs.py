@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ...errors import JobNotFoundError
+from ...logview import collapse_cr
 from ...types import COMPLETE, FAILED, LogRecord
 from .errors import Where, is_api_exception, retryable
 from .watch import BACKOFF_MAX, BACKOFF_START, SYNC, ObjectWatch, _close
@@ -109,6 +110,7 @@ class _Reader(threading.Thread):
         line = raw.decode("utf-8", "replace")
         if line.endswith("\r"):
             line = line[:-1]
+        line = collapse_cr(line)  # a progress bar: what a terminal shows (kf_jupyter.logview)
         self.f.q.put(("line", LogRecord(self.source, line)))
 
     def _tail(self, n: int) -> int:

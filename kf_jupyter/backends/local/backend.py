@@ -39,7 +39,7 @@ from ...failure import failure_from_dict
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
 from ...types import COMPLETE, CREATED, FAILED, RUNNING, TERMINAL, Event, LogRecord, Step, TrainJob
-from ..base import StatusCallback, resolve_runtime_arg, tag_records
+from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
 from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
@@ -500,7 +500,7 @@ class LocalBackend:
         processes = len(st.get("processes") or {}) or int(st.get("num_nodes") or 1)
         # Decided by the job's shape, not by which files exist yet, so it never changes mid-stream.
         multi = step is None and (ranks > 1 or processes > 1)
-        return tag_records(self.iter_log_records(name, step, follow, tail_lines), multi)
+        return tag_records(human_records(self, name, step, follow, tail_lines), multi)
 
     # ------------------------------------------------------------------ wait / delete
 
