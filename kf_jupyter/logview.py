@@ -58,10 +58,31 @@ def shown(line: str) -> bool:
 
 
 def readable(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
-    """The records a text view prints: hidden ones dropped, `\r` lines collapsed."""
+    """The records a text view prints: hidden ones dropped, `\r` lines collapsed.
+
+    Text before a protocol record on the same line (a progress bar drawn when `report()`
+    printed) is a bar the record's newline interrupted: it is held and replaced by the next
+    such line of its source, and shown once when the bar's line ends.
+    """
+    held: dict[str, LogRecord] = {}
     for rec in records:
-        if shown(rec.line):
-            yield LogRecord(rec.source, collapse_cr(rec.line))
+        line = rec.line
+        if is_update(line) or is_banner(line):
+            continue
+        idx = line.find(PROTOCOL_PREFIX)
+        if idx >= 0:
+            head = collapse_cr(line[:idx])
+            if head.strip():
+                held[rec.source] = LogRecord(rec.source, head)
+            continue
+        text = collapse_cr(line)
+        bar = held.pop(rec.source, None)
+        if bar is not None:
+            yield bar
+            if not text.strip():
+                continue  # the newline that ended the bar's line
+        yield LogRecord(rec.source, text)
+    yield from held.values()
 
 
 #: Extra raw lines read for `tail_lines`, so that hidden lines do not shorten the tail.

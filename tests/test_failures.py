@@ -338,3 +338,17 @@ def test_framework_failure_names_rank_1_and_its_exception(client, trainer, exc_t
     logs = list(client.get_job_logs(name))
     assert not any("##kf-jupyter" in ln or "OMP_NUM_THREADS" in ln for ln in logs)
     assert_no_orphans(name)
+
+
+def test_bar_interrupted_by_report_lines_is_still_one_line():
+    # tqdm draws on stderr while report() prints on stdout: the report's newline ends each
+    # drawing of the bar in the file.
+    rep = '##kf-jupyter:report {"step": 1, "progress": 0.5, "metrics": {"loss": 1.0}}'
+    lines = [f"  0%|  | 0/2{rep}", f" 50%|# | 1/2{rep}", f"100%|##| 2/2{rep}", "", "finished"]
+    records = [LogRecord("rank-0", ln) for ln in lines]
+    assert [r.line for r in readable(records)] == ["100%|##| 2/2", "finished"]
+    state = LogState()
+    printed = [state.printable for r in records if state.add(r.source, r.line)]
+    assert [ln for _, ln in state.buffer] == ["100%|##| 2/2", "finished"]
+    assert printed == ["100%|##| 2/2", "finished"]
+    assert state.progress == 0.5 and state.metrics["loss"]

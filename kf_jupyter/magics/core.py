@@ -468,7 +468,6 @@ class KubeflowMagics(Magics):
         import queue
         import threading
 
-        from ..logview import collapse_cr
         from ..widgets.state import LogState
 
         state = LogState(buffer_lines=self.buffer_lines)
@@ -504,7 +503,7 @@ class KubeflowMagics(Magics):
                 if isinstance(item, Exception):
                     raise item
                 if item is not None and state.add(item.source, item.line):
-                    print(state.text_prefix(item.source, color) + collapse_cr(item.line))
+                    print(state.text_prefix(item.source, color) + state.printable)
                 if deadline and time.monotonic() > deadline:
                     raise TimeoutError
             job = handle.client.wait_for_job_status(

@@ -13,8 +13,8 @@ import re
 from collections import deque
 from typing import Any
 
-from ..constants import REPORT_PREFIX, RESULT_PREFIX
-from ..logview import collapse_cr, is_banner, is_protocol, is_update
+from ..constants import PROTOCOL_PREFIX, REPORT_PREFIX, RESULT_PREFIX
+from ..logview import collapse_cr, is_banner, is_update
 from ..report import parse_report
 
 #: Rank prefix colours (readable on light and dark themes).
@@ -48,6 +48,7 @@ class LogState:
         self.last_error_source: str | None = None
         self.log_dirty = False
         self.stats_dirty = False
+        self.printable = ""  # what a text view prints for the line add() just took
         self._open: dict[str, bool] = {}  # sources whose `\r` progress line is being written
 
     @property
@@ -63,31 +64,42 @@ class LogState:
         return self.colours[source]
 
     def add(self, source: str, line: str) -> bool:
-        """Take one line; return True when it belongs in the log view (not a report/result)."""
+        """Take one line; return True when a text view prints `self.printable` for it.
+
+        Reports and results feed progress, metrics and the result, and are never shown; nor is
+        torchrun's OMP banner. A `\r` progress bar stays one line per source, updated in place.
+        """
         self.colour_index(source)
         self.lines += 1
         self.bytes += len(line) + 1
-        if REPORT_PREFIX in line:
-            rec = parse_report(line)
+        idx = line.find(PROTOCOL_PREFIX)
+        if idx >= 0:
+            record = line[idx:]
+            rec = parse_report(record) if record.startswith(REPORT_PREFIX) else None
             if rec is not None:
                 self._report(rec)
+            elif record.startswith(RESULT_PREFIX):
+                self.result_line = record[len(RESULT_PREFIX) :]
+            head = line[:idx]
+            if not collapse_cr(head).strip():
                 return False
-        if line.startswith(RESULT_PREFIX):
-            self.result_line = line[len(RESULT_PREFIX) :]
-            return False
-        if is_protocol(line) or is_banner(line):
+            # Text before the record: a progress bar whose line the record's newline ended
+            # (report() called while a bar is drawn). The bar goes on: keep its line open.
+            return bool(self._put_progress(source, head, keep_open=True))
+        if is_banner(line):
             return False
         progress = self._put_progress(source, line)
         if progress is not None:
             return progress
         self.buffer.append((source, line))
         self.tails[source].append(line)
+        self.printable = line
         if _ERROR_HINT.search(line):
             self.last_error_source = source
         self.log_dirty = True
         return True
 
-    def _put_progress(self, source: str, line: str) -> bool | None:
+    def _put_progress(self, source: str, line: str, keep_open: bool = False) -> bool | None:
         """A `\r` progress line: keep one line per source and update it in place.
 
         None for an ordinary line. Otherwise the buffer already holds the line, and the value
@@ -95,18 +107,21 @@ class LogState:
         True for the completed line (printed once, as a terminal would leave it). See
         `kf_jupyter.logview`.
         """
-        update = is_update(line)
+        update = is_update(line) or keep_open
         if not update and "\r" not in line and source not in self._open:
             return None
         text = collapse_cr(line)
         self.log_dirty = True
         if source in self._open:
-            self._replace_last(source, text)
+            if text.strip() or update:
+                self._replace_last(source, text)
             if not update:
                 del self._open[source]
+                self.printable = self.tails[source][-1] if self.tails[source] else text
             return not update
         self.buffer.append((source, text))
         self.tails[source].append(text)
+        self.printable = text
         if update:
             self._open[source] = True
         return not update
