@@ -352,3 +352,25 @@ def test_bar_interrupted_by_report_lines_is_still_one_line():
     assert [ln for _, ln in state.buffer] == ["100%|##| 2/2", "finished"]
     assert printed == ["100%|##| 2/2", "finished"]
     assert state.progress == 0.5 and state.metrics["loss"]
+
+
+@pytest.mark.slow
+def test_kubernetes_failure_comes_from_the_rank_termination_message(
+    k8s_admin_kubeconfig, k8s_namespace, k8s_standin
+):
+    from .test_k8s_backend import _backend
+
+    backend = _backend(k8s_admin_kubeconfig, k8s_namespace)
+    trainer = TorchTrainer(func=torch_rank_one_name_error, num_nodes=1, num_proc_per_node=2)
+    name = backend.train(trainer)
+    with pytest.raises(JobFailedError) as err:
+        backend.wait_for_job_status(name, timeout=300)
+    job = backend.get_job(name)
+    assert job.failure is not None, job.message
+    assert (job.failure.source, job.failure.exc_type) == ("Rank 1", "NameError")
+    assert job.message.startswith("Rank 1 failed: NameError: name 'undefined_name' is not defined")
+    assert "Rank 1 failed: NameError" in str(err.value)
+    assert job_cause(job) == "Rank 1: NameError: name 'undefined_name' is not defined"
+    logs = list(backend.get_job_logs(name))
+    assert any("NameError: name 'undefined_name'" in ln for ln in logs)
+    assert not any("##kf-jupyter" in ln or "OMP_NUM_THREADS" in ln for ln in logs)

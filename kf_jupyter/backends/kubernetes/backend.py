@@ -8,6 +8,7 @@ docs/kubernetes-backend.md for the request budget of each call.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -655,6 +656,8 @@ class KubernetesBackend:
                         cb(job)
                 last = job
                 if job.status == FAILED and FAILED not in wanted:
+                    with contextlib.suppress(KFJupyterError):  # the pods hold the root cause
+                        job = self._to_trainjob(obj, self._list_pods(pod_selector(name)), runtimes)
                     raise JobFailedError(
                         f"TrainJob {name!r} failed ({job.reason or 'Failed'}: "
                         f"{job.message or 'no message'}). Read its logs with "
