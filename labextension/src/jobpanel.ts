@@ -11,8 +11,8 @@ import { Backoff } from './backoff';
 import { MetricsChart } from './chart';
 import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
-import { formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
-import { ILogRecord, sortSources } from './logparse';
+import { failureText, formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
+import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { MetricSeries, parseReport } from './metrics';
 import { Poller } from './poller';
 import { RingBuffer } from './ringbuffer';
@@ -225,7 +225,7 @@ export class JobPanel extends Widget {
     for (const [k, v] of rows) {
       this._summary.append(h('dt', {}, k), h('dd', {}, v));
     }
-    this._message.textContent = [job.reason, job.message].filter(Boolean).join(': ');
+    this._message.textContent = failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
     const title = this.parent instanceof MainAreaWidget ? this.parent.title : this.title;
     title.caption = `${this.jobName} (${job.status})`;
   }
@@ -277,6 +277,7 @@ export class JobPanel extends Widget {
             },
             onEnd: reason => {
               ended = reason === 'end';
+              this._showHeld();
             }
           },
           this._abort.signal,
@@ -309,6 +310,7 @@ export class JobPanel extends Widget {
   }
 
   private _resetLog(): void {
+    this._readable = new ReadableLog();
     this._lines.clear();
     this._pending = [];
     this._sources.clear();
@@ -318,7 +320,26 @@ export class JobPanel extends Widget {
   }
 
   private _onRecord(rec: ILogRecord): void {
-    this._pending.push(rec);
+    // Only what a person reads reaches the log view; reports still feed the chart.
+    const at = rec.line.indexOf(PROTOCOL_PREFIX);
+    const report = at >= 0 ? parseReport(rec.line.slice(at)) : null;
+    if (report) {
+      this._metrics.add(report);
+      this._metricsChanged = true;
+    }
+    this._queue(this._readable.push(rec));
+  }
+
+  /** A progress bar still held when the log ends is shown as it was left. */
+  private _showHeld(): void {
+    this._queue(this._readable.finish());
+  }
+
+  private _queue(shown: ILogRecord[]): void {
+    if (!shown.length && !this._metricsChanged) {
+      return;
+    }
+    this._pending.push(...shown);
     if (!this._flushHandle) {
       this._flushHandle = requestAnimationFrame(() => this._flush());
     }
@@ -329,7 +350,8 @@ export class JobPanel extends Widget {
     this._flushHandle = 0;
     const batch = this._pending;
     this._pending = [];
-    let metricsChanged = false;
+    let metricsChanged = this._metricsChanged;
+    this._metricsChanged = false;
     let newSource = false;
     const filter = this._rank.value;
     const frag = document.createDocumentFragment();
@@ -339,13 +361,8 @@ export class JobPanel extends Widget {
         this._sources.add(rec.source);
         newSource = true;
       }
-      const report = parseReport(rec.line);
-      if (report) {
-        this._metrics.add(report);
-        metricsChanged = true;
-      }
       if (filter === ALL || rec.source === filter) {
-        frag.append(this._lineNode(rec, report !== null));
+        frag.append(this._lineNode(rec, false));
       }
     }
     this._log.append(frag);
@@ -381,7 +398,7 @@ export class JobPanel extends Widget {
     const frag = document.createDocumentFragment();
     for (const rec of this._lines.toArray()) {
       if (filter === ALL || rec.source === filter) {
-        frag.append(this._lineNode(rec, parseReport(rec.line) !== null));
+        frag.append(this._lineNode(rec, false));
       }
     }
     this._log.textContent = '';
@@ -419,6 +436,8 @@ export class JobPanel extends Widget {
   private _pending: ILogRecord[] = [];
   private _flushHandle = 0;
   private _sources = new Set<string>();
+  private _readable = new ReadableLog();
+  private _metricsChanged = false;
   private _metrics = new MetricSeries();
   private _statusPoller: Poller;
   private _abort: AbortController | null = null;

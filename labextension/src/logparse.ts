@@ -182,3 +182,71 @@ export function sortSources(sources: Iterable<string>): string[] {
     return ka[2] - kb[2];
   });
 }
+
+/** Every line kf-jupyter's runner prints for kf-jupyter (report, result, error) has this. */
+export const PROTOCOL_PREFIX = '##kf-jupyter:';
+
+const OMP_BANNER =
+  /^[WI]\d{4} [\d:.]+ +\d+ \S*torch\/distributed\/run\.py:\d+\] (\**|Setting OMP_NUM_THREADS environment variable .*)\s*$/;
+
+/** A line of torchrun's `Setting OMP_NUM_THREADS ... to be 1` banner. */
+export function isBanner(line: string): boolean {
+  return line.includes('torch/distributed/run.py') && OMP_BANNER.test(line);
+}
+
+/** What a terminal shows for a line with carriage returns: its last non-blank segment. */
+export function collapseCr(line: string): string {
+  if (!line.includes('\r')) {
+    return line;
+  }
+  const parts = line.split('\r').filter(p => p.trim() !== '');
+  return parts.length ? parts[parts.length - 1] : '';
+}
+
+/**
+ * The log as a person reads it (the same rules as kf_jupyter/logview.py): protocol lines and
+ * torchrun's OMP banner hidden, `\r` progress bars collapsed, updates of a line still being
+ * written (records starting with `\r`) skipped. Text before a protocol record on one line is
+ * a progress bar the record's newline interrupted: it is held, replaced by the next such line
+ * of its source, and shown once when the bar's line ends.
+ *
+ * The raw stream still carries the reports: the panel's chart reads them before this.
+ */
+export class ReadableLog {
+  private _held = new Map<string, ILogRecord>();
+
+  /** The records to show for one raw record (none, one, or a held bar and the record). */
+  push(rec: ILogRecord): ILogRecord[] {
+    const line = rec.line;
+    if (line.startsWith('\r') || isBanner(line)) {
+      return [];
+    }
+    const idx = line.indexOf(PROTOCOL_PREFIX);
+    if (idx >= 0) {
+      const head = collapseCr(line.slice(0, idx));
+      if (head.trim() !== '') {
+        this._held.set(rec.source, { source: rec.source, line: head });
+      }
+      return [];
+    }
+    const out: ILogRecord[] = [];
+    const text = collapseCr(line);
+    const bar = this._held.get(rec.source);
+    if (bar) {
+      this._held.delete(rec.source);
+      out.push(bar);
+      if (text.trim() === '') {
+        return out; // the newline that ended the bar's line
+      }
+    }
+    out.push({ source: rec.source, line: text });
+    return out;
+  }
+
+  /** The held bars, at the end of the log. */
+  finish(): ILogRecord[] {
+    const out = Array.from(this._held.values());
+    this._held.clear();
+    return out;
+  }
+}
