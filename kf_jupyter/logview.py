@@ -5,6 +5,8 @@ results and errors from it). Every user-facing text view passes lines through he
 
 - kf-jupyter's own lines (`##kf-jupyter:report ...`, `result`, `error`) are hidden;
 - torchrun's `OMP_NUM_THREADS` banner (four lines per torchrun) is folded away;
+- torchrun's own traceback and "ChildFailedError" box, printed after a rank failed, are
+  folded away (the rank's own traceback, and the job's failure, say what happened);
 - a carriage-return progress bar (tqdm writing `\r` and no newline to a file) is one line: what a
   terminal would show. A record whose line starts with `\r` is an update of the line still being
   written (the local backend emits these while following); it replaces that source's previous
@@ -57,6 +59,53 @@ def shown(line: str) -> bool:
     return not (is_update(line) or is_protocol(line) or is_banner(line))
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+_ELASTIC = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+
+
+class DumpFolder:
+    """Folds torchrun's traceback and `ChildFailedError` box away, per source, as lines stream.
+
+    A traceback is held until its exception line: torchrun's (`ChildFailedError`) is dropped with
+    the `=====` box after it; any other is passed on whole. `push` returns the lines to pass on.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, list[str]] = {}
+        self._box: dict[str, int] = {}  # source -> `=====` lines still to skip
+
+    def push(self, source: str, line: str) -> list[str]:
+        """The lines of `source` to show now (none while a traceback is held)."""
+        if PROTOCOL_PREFIX in line:
+            return [line]  # reports, results and errors always reach their readers
+        if source in self._box:
+            if line.startswith("====="):
+                self._box[source] -= 1
+                if not self._box[source]:
+                    del self._box[source]
+            return []
+        held = self._held.get(source)
+        if held is None:
+            if line.strip() == _TRACEBACK:
+                self._held[source] = [line]
+                return []
+            return [line]
+        if line.startswith((" ", "\t")) or not line.strip():
+            held.append(line)
+            return []
+        del self._held[source]
+        if line.startswith(_ELASTIC):
+            self._box[source] = 2
+            return []
+        return [*held, line]
+
+    def finish(self) -> list[tuple[str, str]]:
+        """Lines still held when the log ends (a traceback cut short)."""
+        out = [(src, ln) for src, lines in self._held.items() for ln in lines]
+        self._held.clear()
+        return out
+
+
 def readable(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
     """The records a text view prints: hidden ones dropped, `\r` lines collapsed.
 
@@ -65,23 +114,30 @@ def readable(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
     such line of its source, and shown once when the bar's line ends.
     """
     held: dict[str, LogRecord] = {}
-    for rec in records:
-        line = rec.line
+    dump = DumpFolder()
+
+    def lines() -> Iterator[tuple[str, str]]:
+        for rec in records:
+            for line in dump.push(rec.source, rec.line):
+                yield rec.source, line
+        yield from dump.finish()
+
+    for source, line in lines():
         if is_update(line) or is_banner(line):
             continue
         idx = line.find(PROTOCOL_PREFIX)
         if idx >= 0:
             head = collapse_cr(line[:idx])
             if head.strip():
-                held[rec.source] = LogRecord(rec.source, head)
+                held[source] = LogRecord(source, head)
             continue
         text = collapse_cr(line)
-        bar = held.pop(rec.source, None)
+        bar = held.pop(source, None)
         if bar is not None:
             yield bar
             if not text.strip():
                 continue  # the newline that ended the bar's line
-        yield LogRecord(rec.source, text)
+        yield LogRecord(source, text)
     yield from held.values()
 
 

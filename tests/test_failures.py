@@ -230,7 +230,7 @@ def test_progress_bar_is_one_updating_line_per_rank(client):
         if rec.line.startswith("\r"):
             updates.setdefault(rec.source, set()).add(rec.line)
         if state.add(rec.source, rec.line):
-            printed.append((rec.source, collapse_cr(rec.line)))
+            printed.extend((rec.source, text) for text in state.printed)
     client.wait_for_job_status(name, timeout=60)
     # While it ran, the bar came as updates (not only at the end) ...
     assert all(len(u) >= 2 for u in updates.values()) and len(updates) == 2, updates
@@ -348,7 +348,7 @@ def test_bar_interrupted_by_report_lines_is_still_one_line():
     records = [LogRecord("rank-0", ln) for ln in lines]
     assert [r.line for r in readable(records)] == ["100%|##| 2/2", "finished"]
     state = LogState()
-    printed = [state.printable for r in records if state.add(r.source, r.line)]
+    printed = [t for r in records if state.add(r.source, r.line) for t in state.printed]
     assert [ln for _, ln in state.buffer] == ["100%|##| 2/2", "finished"]
     assert printed == ["100%|##| 2/2", "finished"]
     assert state.progress == 0.5 and state.metrics["loss"]
@@ -374,3 +374,46 @@ def test_kubernetes_failure_comes_from_the_rank_termination_message(
     logs = list(backend.get_job_logs(name))
     assert any("NameError: name 'undefined_name'" in ln for ln in logs)
     assert not any("##kf-jupyter" in ln or "OMP_NUM_THREADS" in ln for ln in logs)
+
+
+# What torchrun 2.13 prints after rank 1 failed (paths shortened).
+TORCHRUN_DUMP = """\
+E1201 10:05:07.526000 12864 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 12873) of binary: /venv/bin/python
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 6, in <module>
+    sys.exit(main())
+             ^^^^^^
+  File "/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+/jobs/x/work/node-0/kf_entry.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 12873) 
+============================================================
+after the box"""  # noqa: W291
+
+
+def test_torchruns_elastic_dump_is_folded_but_a_users_traceback_is_not():
+    user_tb = [
+        "Traceback (most recent call last):",
+        '  File "<training cell>", line 6, in kf_train_cell',
+        "    print(undefined_name)",
+        "NameError: name 'undefined_name' is not defined",
+    ]
+    # On a cluster the ranks and torchrun share the pod's log: one source.
+    records = [LogRecord("node-0", ln) for ln in [*user_tb, *TORCHRUN_DUMP.split("\n")]]
+    shown = [r.line for r in readable(records)]
+    assert shown == [*user_tb, TORCHRUN_DUMP.split("\n")[0], "after the box"]
+    state = LogState()
+    printed = [t for r in records if state.add(r.source, r.line) for t in state.printed]
+    assert printed == shown
+    # A traceback cut short by the end of the log is still shown.
+    state.add("rank-0", "Traceback (most recent call last):")
+    assert state.flush_held() == [("rank-0", "Traceback (most recent call last):")]

@@ -499,11 +499,14 @@ class KubeflowMagics(Magics):
                 except queue.Empty:
                     item = None
                 if item is end:
+                    for source, text in state.flush_held():
+                        print(state.text_prefix(source, color) + text)
                     break
                 if isinstance(item, Exception):
                     raise item
                 if item is not None and state.add(item.source, item.line):
-                    print(state.text_prefix(item.source, color) + state.printable)
+                    for text in state.printed:
+                        print(state.text_prefix(item.source, color) + text)
                 if deadline and time.monotonic() > deadline:
                     raise TimeoutError
             job = handle.client.wait_for_job_status(

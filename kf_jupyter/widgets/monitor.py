@@ -306,6 +306,8 @@ class JobMonitor:
     def finish(self, job: TrainJob) -> None:
         """Show the final status; on failure put the failing rank's last lines in front."""
         self._apply_job(job)
+        with self._lock:
+            self.state.flush_held()
         self.flush_log()
         self.flush_stats()
         self.header.value = self._header_html()

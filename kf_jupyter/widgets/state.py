@@ -14,7 +14,7 @@ from collections import deque
 from typing import Any
 
 from ..constants import PROTOCOL_PREFIX, REPORT_PREFIX, RESULT_PREFIX
-from ..logview import collapse_cr, is_banner, is_update
+from ..logview import DumpFolder, collapse_cr, is_banner, is_update
 from ..report import parse_report
 
 #: Rank prefix colours (readable on light and dark themes).
@@ -48,7 +48,9 @@ class LogState:
         self.last_error_source: str | None = None
         self.log_dirty = False
         self.stats_dirty = False
-        self.printable = ""  # what a text view prints for the line add() just took
+        self.printable = ""  # what a text view prints for the line _add_line() just took
+        self.printed: list[str] = []  # what it prints for the line add() just took
+        self._dump = DumpFolder()  # torchrun's traceback and box are folded away
         self._open: dict[str, bool] = {}  # sources whose `\r` progress line is being written
 
     @property
@@ -64,7 +66,7 @@ class LogState:
         return self.colours[source]
 
     def add(self, source: str, line: str) -> bool:
-        """Take one line; return True when a text view prints `self.printable` for it.
+        """Take one line; return True when a text view prints the lines in `self.printed`.
 
         Reports and results feed progress, metrics and the result, and are never shown; nor is
         torchrun's OMP banner. A `\r` progress bar stays one line per source, updated in place.
@@ -72,6 +74,21 @@ class LogState:
         self.colour_index(source)
         self.lines += 1
         self.bytes += len(line) + 1
+        self.printed = []
+        for text in self._dump.push(source, line):
+            if self._add_line(source, text):
+                self.printed.append(self.printable)
+        return bool(self.printed)
+
+    def flush_held(self) -> list[tuple[str, str]]:
+        """At the end of the log: lines still held (a traceback cut short) into the view."""
+        out = []
+        for source, text in self._dump.finish():
+            if self._add_line(source, text):
+                out.append((source, self.printable))
+        return out
+
+    def _add_line(self, source: str, line: str) -> bool:
         idx = line.find(PROTOCOL_PREFIX)
         if idx >= 0:
             record = line[idx:]

@@ -140,3 +140,24 @@ describe('ReadableLog', () => {
     expect(collapseCr('plain')).toBe('plain');
   });
 });
+
+describe('ReadableLog folds torchrun dumps', () => {
+  it("drops torchrun's ChildFailedError traceback and box, keeps a user's traceback", () => {
+    const log = new ReadableLog();
+    const lines = [
+      'Traceback (most recent call last):',
+      '  File "<training cell>", line 6, in kf_train_cell',
+      "NameError: name 'x' is not defined",
+      'Traceback (most recent call last):',
+      '  File "/venv/bin/torchrun", line 6, in <module>',
+      'torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ',
+      '=====',
+      'x FAILED',
+      '  rank      : 1 (local_rank: 1)',
+      '=====',
+      'after'
+    ];
+    const out = lines.flatMap(line => log.push({ source: 'node-0', line })).map(r => r.line);
+    expect(out).toEqual([...lines.slice(0, 3), 'after']);
+  });
+});
