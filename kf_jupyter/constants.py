@@ -17,6 +17,8 @@ SUPPORT_LABEL = "trainer.kubeflow.org/support"
 DEPRECATED = "deprecated"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 DEFAULT_RUNTIME_ANNOTATION = "kf-jupyter.io/default"
+# On a local runtime the backend cannot run: the steps it would need (initializers).
+LOCAL_UNSUPPORTED_ANNOTATION = "kf-jupyter.io/local-unsupported"
 
 # Labels and annotations kf-jupyter puts on what it creates.
 CREATED_BY_LABEL = "kf-jupyter.io/created-by"

@@ -24,6 +24,8 @@ class Step:
     exit_code: int | None = None
     pid: int | None = None
     device: str = "cpu"
+    pod_name: str | None = None
+    device_count: str | None = None
 
 
 @dataclass(frozen=True)

@@ -88,19 +88,25 @@ def plain(n=2, func=show_env, **kw):
     return JAXTrainer(func=func, num_nodes=n, initialize_distributed=False, **kw)
 
 
-def test_runtimes_one_per_framework(client):
+def test_runtimes_are_the_clusters_default_ones(client):
     names = [r.name for r in client.list_runtimes()]
-    assert names == ["local-torch", "local-mpi", "local-jax", "local-xgboost"]
-    assert client.get_runtime("local-mpi").framework == "mpi"
-    assert [r.name for r in client.list_runtimes("jax")] == ["local-jax"]
-    with pytest.raises(RuntimeNotFoundError, match="local-torch"):
-        client.get_runtime("torch-distributed")
+    assert names[:5] == [
+        "deepspeed-distributed",
+        "mlx-distributed",
+        "torch-distributed",
+        "jax-distributed",
+        "xgboost-distributed",
+    ]
+    assert client.get_runtime("deepspeed-distributed").ml_policy == "mpi"
+    assert [r.name for r in client.list_runtimes("jax")] == ["jax-distributed"]
+    with pytest.raises(RuntimeNotFoundError, match="torch-distributed"):
+        client.get_runtime("pytorch-distributed")
 
 
 def test_dry_run_starts_nothing(client):
     out = client.dry_run(TorchTrainer(func=show_env, num_nodes=2, num_proc_per_node=2))
     assert out["backend"] == "local"
-    assert out["trainjob"]["spec"]["runtimeRef"]["name"] == "local-torch"
+    assert out["trainjob"]["spec"]["runtimeRef"]["name"] == "torch-distributed"
     procs = out["plan"]["processes"]
     assert [p["name"] for p in procs] == ["node-0", "node-1"]
     assert procs[1]["env"]["PET_NODE_RANK"] == "1"

@@ -200,7 +200,7 @@ def test_backends_lists_local_and_explains_missing_kubernetes(fetch: Callable) -
 
 def test_runtimes_by_framework(fetch: Callable) -> None:
     everything = body(fetch(API, "runtimes", params={"backend": "local"}))["runtimes"]
-    assert {"torch", "mpi"} <= {r["framework"] for r in everything}
+    assert {"torch", "deepspeed", "jax", "xgboost"} <= {r["framework"] for r in everything}
     torch = body(fetch(API, "runtimes", params={"framework": "torch"}))["runtimes"]
     assert torch and all(r["framework"] == "torch" for r in torch)
     assert {"name", "image", "num_nodes", "num_proc_per_node"} <= set(torch[0])

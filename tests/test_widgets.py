@@ -218,6 +218,8 @@ class RuntimesClient:
             Runtime("torch-distributed", framework="torch", ml_policy="torch"),
             Runtime("torch-old", framework="torch", ml_policy="torch", deprecated=True),
             Runtime("jax-distributed", framework="jax", ml_policy="jax"),
+            Runtime("mlx-distributed", framework="mlx", ml_policy="mpi"),
+            Runtime("deepspeed-distributed", framework="deepspeed", ml_policy="mpi"),
         ]
 
     def list_runtimes(self, framework=None):
@@ -229,6 +231,9 @@ def test_runtime_config_form_good_value(comms):
     assert list(form.runtime_w.options)[1:] == ["torch-distributed"]
     form.framework_w.value = "jax"
     assert list(form.runtime_w.options)[1:] == ["jax-distributed"]
+    form.framework_w.value = "mpi"  # the MPI-policy runtimes, in MPITrainer's order
+    assert list(form.runtime_w.options)[1:] == ["deepspeed-distributed", "mlx-distributed"]
+    form.framework_w.value = "jax"
     form.runtime_w.value = "jax-distributed"
     form.packages.value = "numpy, transformers[torch]>=4.40\nscipy"
     form.index_urls.value = "https://pypi.example.com/simple"

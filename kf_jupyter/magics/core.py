@@ -377,11 +377,16 @@ class KubeflowMagics(Magics):
         except (ClusterUnreachableError, ImportError) as exc:
             if backend != "kubernetes":
                 raise
+            from ..backends.local.runtimes import local_runtimes
             from ..build import build_trainjob
-            from ..runtimes import Runtime
+            from ..runtimes import Runtime, select_runtime
 
-            rt_name = args.runtime or f"{trainer.framework}-distributed"
-            runtime = Runtime(name=rt_name, framework=trainer.framework, ml_policy=trainer.policy)
+            # The runtime a default Trainer install would give this trainer.
+            defaults = {r.name: r for r in local_runtimes()}
+            rt_name = args.runtime or select_runtime(trainer, defaults.values()).name
+            runtime = defaults.get(rt_name) or Runtime(
+                name=rt_name, framework=trainer.framework, ml_policy=trainer.policy
+            )
             plan = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
             why = str(exc).split(". ")[0] if isinstance(exc, KFJupyterError) else "not available"
             print(

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..config import mask_secrets
+from ..constants import LOCAL_UNSUPPORTED_ANNOTATION
 
 
 def to_yaml(obj: Any) -> str:
@@ -119,7 +120,11 @@ def runtime_rows(runtimes: Sequence[Any]) -> list[list[str]]:
             r.ml_policy,
             str(r.num_nodes),
             r.image or "-",
-            "deprecated" if r.deprecated else ("default" if r.is_default else ""),
+            "deprecated"
+            if r.deprecated
+            else "cluster only"
+            if r.annotations.get(LOCAL_UNSUPPORTED_ANNOTATION)
+            else ("default" if r.is_default else ""),
         ]
         for r in runtimes
     ]

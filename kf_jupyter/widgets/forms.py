@@ -18,6 +18,19 @@ from ..options import ContainerOverride, PodSpecOverride, PodTemplateOverride, P
 from ..validation import validate_env_name, validate_label_key, validate_label_value
 
 FRAMEWORKS = ("torch", "mpi", "jax", "xgboost")
+
+
+def _fitting_runtimes(runtimes: list[Any], framework: str) -> list[str]:
+    """Names of the runtimes a trainer of this form framework runs on, in its preference order
+    (an MPI form offers deepspeed-distributed and mlx-distributed: both have the mpi policy)."""
+    from ..trainers import TRAINER_CLASSES
+
+    cls = TRAINER_CLASSES.get(framework)
+    labels = cls.supported_frameworks if cls else (framework,)
+    usable = [r for r in runtimes if not r.deprecated and r.framework in labels]
+    return [r.name for r in sorted(usable, key=lambda r: (labels.index(r.framework), r.name))]
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -191,7 +204,7 @@ class RuntimeConfigForm(_Form):
         if self._client_factory is not None:
             try:
                 client = self._client_factory(self.backend)
-                names = [r.name for r in client.list_runtimes(self.framework) if not r.deprecated]
+                names = _fitting_runtimes(client.list_runtimes(), self.framework)
             except KFJupyterError as exc:
                 note = str(exc).split(". ")[0]
             except Exception as exc:  # discovery must never break the form

@@ -1,6 +1,7 @@
-"""Follow the logs of every pod of a TrainJob at once, as one generator of tagged records.
+"""Logs of a TrainJob's pods: read them, follow them, and find the function's result in them.
 
-Two watches (the TrainJob, and the job's pods) tell the follower when pods appear, start and
+`LogsMixin` holds the backend calls. `LogFollower` follows the logs of every pod of a job at once,
+as one generator of tagged records: two watches (the TrainJob, and the job's pods) tell the follower when pods appear, start and
 end, and when the job ends. Each pod that has started gets a reader thread that streams its log
 (`follow=true`) and counts the lines it has passed on; after a dropped connection it reconnects
 and skips that many lines, so no line is repeated or lost (a partial last line is held back until
@@ -10,19 +11,22 @@ the pod has ended). The generator ends when the job has ended and every reader h
 from __future__ import annotations
 
 import collections
+import json
 import queue
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...errors import JobNotFoundError
+from ...constants import CLUSTER_RUNTIME_KIND, LAUNCHER_JOB, RESULT_PREFIX, RUNTIME_KIND
+from ...errors import BackendError, JobFailedError, JobNotFoundError, ValidationError
 from ...logview import collapse_cr
-from ...types import COMPLETE, FAILED, LogRecord
+from ...types import COMPLETE, FAILED, LogRecord, TrainJob
+from ..base import human_records, tag_records
+from .api import REQUEST_TIMEOUT, KubeApi
 from .errors import Where, is_api_exception, retryable
+from .jobs import JobsMixin
+from .pods import newest_pods, pod_container, pod_selector, pod_source
 from .watch import BACKOFF_MAX, BACKOFF_START, SYNC, ObjectWatch, _close
-
-if TYPE_CHECKING:
-    from .backend import KubernetesBackend
 
 ENDED = ("Succeeded", "Failed")
 CLEAN_END_WAIT = 2.0  # a stream ended but the pod has not ended yet: wait this long for news
@@ -49,8 +53,6 @@ class _Reader(threading.Thread):
     """Streams one pod's log into the follower's queue; resumes by line count."""
 
     def __init__(self, follower: LogFollower, pod: dict[str, Any]) -> None:
-        from .backend import pod_container, pod_source
-
         super().__init__(daemon=True, name=f"kf-log-{pod['metadata']['name']}")
         self.f = follower
         self.pod_name = pod["metadata"]["name"]
@@ -199,7 +201,7 @@ class LogFollower:
     """`records()` yields the log records of every pod of a job until the job ends."""
 
     def __init__(
-        self, backend: KubernetesBackend, name: str, step: str | None, tail_lines: int | None
+        self, backend: KubeApi, name: str, step: str | None, tail_lines: int | None
     ) -> None:
         self.backend = backend
         self.name = name
@@ -212,8 +214,6 @@ class LogFollower:
         self.running: set[_Reader] = set()
 
     def _wanted(self, pod: dict[str, Any]) -> bool:
-        from .backend import pod_source
-
         if self.step is None:
             return True
         rjob, _, source = pod_source(pod)
@@ -251,8 +251,6 @@ class LogFollower:
 
     def records(self) -> Iterator[LogRecord]:
         """The generator (see the module docstring)."""
-        from .backend import pod_selector
-
         job_watch = self.backend.trainjob_watch(self.name, stop=self.stop)
         pod_watch = self.backend.pod_watch(pod_selector(self.name), stop=self.stop)
         threads = [
@@ -301,3 +299,123 @@ class LogFollower:
             pod_watch.close()
             for reader in list(self.readers.values()):
                 reader.close()
+
+
+class LogsMixin(JobsMixin):
+    """The log calls of the backend protocol, and the result read from rank 0's log."""
+
+    def _select_pods(self, pods: list[dict[str, Any]], step: str | None) -> list[dict[str, Any]]:
+        chosen = newest_pods(pods)
+        if step is None:
+            return chosen
+        return [p for p in chosen if pod_source(p)[2] == step or pod_source(p)[0] == step]
+
+    def _read_log(self, pod: dict[str, Any], tail_lines: int | None) -> list[str]:
+        meta = pod["metadata"]
+        kwargs: dict[str, Any] = {"container": pod_container(pod)}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        try:
+            resp = self.core.read_namespaced_pod_log(
+                meta["name"],
+                self.namespace,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+                **kwargs,
+            )
+            data = resp.data
+        except Exception as exc:
+            if getattr(exc, "status", None) in (400, 404):  # not started yet / gone
+                return []
+            raise self._error(exc, Where("get", "pods/log", self.namespace, meta["name"])) from None
+        text = data.decode("utf-8", "replace")
+        return text.splitlines()
+
+    def iter_log_records(
+        self,
+        name: str,
+        step: str | None = None,
+        follow: bool = False,
+        tail_lines: int | None = None,
+    ) -> Iterator[LogRecord]:
+        """Log lines of every pod of the job (node-N, launcher, ...), each tagged with its source.
+
+        Without follow: what each pod has logged so far, pod after pod. With follow: waits for
+        the pods to appear and start, streams them all at once until the job ends, and resumes a
+        dropped stream without repeating lines (docs/kubernetes-backend.md).
+        """
+        if tail_lines is not None and (
+            isinstance(tail_lines, bool) or not isinstance(tail_lines, int) or tail_lines < 0
+        ):
+            raise ValidationError(f"tail_lines must be a whole number ≥ 0, got {tail_lines!r}.")
+        if follow:
+            return LogFollower(self, name, step, tail_lines).records()
+        return self._static_records(name, step, tail_lines)
+
+    def _static_records(
+        self, name: str, step: str | None, tail_lines: int | None
+    ) -> Iterator[LogRecord]:
+        self._get_trainjob(name)  # JobNotFoundError first
+        for pod in self._select_pods(self._list_pods(pod_selector(name)), step):
+            source = pod_source(pod)[2]
+            for line in self._read_log(pod, tail_lines):
+                yield LogRecord(source, line)
+
+    def log_sources(self, job: TrainJob, step: str | None) -> list[str]:
+        """The sources a job's logs come from (node-0..N-1, the launcher of MPI jobs, ...)."""
+        sources = {s.name for s in job.steps}
+        sources.update(f"node-{i}" for i in range(job.num_nodes))
+        cached = self._cached_runtimes()
+        rt = cached.get((RUNTIME_KIND, job.runtime)) or cached.get(
+            (CLUSTER_RUNTIME_KIND, job.runtime)
+        )
+        if rt is not None and rt.ml_policy == "mpi":
+            sources.add(LAUNCHER_JOB)
+        if step is not None:
+            sources = {s for s in sources if s == step or s.rsplit("-", 1)[0] == step}
+        return sorted(sources)
+
+    def get_job_logs(
+        self,
+        name: str,
+        step: str | None = None,
+        follow: bool = False,
+        tail_lines: int | None = None,
+    ) -> Iterator[str]:
+        """Log lines, tagged `[node-N] ` when the job has more than one pod."""
+        job = self.get_job(name)
+        multi = len(self.log_sources(job, step)) > 1
+        return tag_records(human_records(self, name, step, follow, tail_lines), multi)
+
+    def get_job_result(self, name: str) -> Any:
+        """The function's return value: the `##kf-jupyter:result` line of global rank 0's log."""
+        job = self.get_job(name)
+        pods = newest_pods(self._list_pods(pod_selector(name)))
+        launchers = [p for p in pods if pod_source(p)[0] == LAUNCHER_JOB]
+        rank0 = launchers or [p for p in pods if pod_source(p)[2] == "node-0"]
+        for pod in rank0:
+            for line in reversed(self._read_log(pod, None)):
+                idx = line.find(RESULT_PREFIX)
+                if idx >= 0:
+                    try:
+                        return json.loads(line[idx + len(RESULT_PREFIX) :])
+                    except ValueError:
+                        raise BackendError(
+                            f"The result line of TrainJob {name!r} is not valid JSON (the log "
+                            "line may have been cut). Read it with client.get_job_logs()."
+                        ) from None
+        if job.status == FAILED:
+            raise JobFailedError(
+                f"TrainJob {name!r} failed ({job.reason}: {job.message}), so it has no result. "
+                f"Read its logs with client.get_job_logs({name!r})."
+            )
+        if job.status != COMPLETE:
+            raise BackendError(
+                f"TrainJob {name!r} is {job.status} and has not printed a result yet. Wait with "
+                f"client.wait_for_job_status({name!r}) first."
+            )
+        raise BackendError(
+            f"TrainJob {name!r} completed but rank 0's log has no '{RESULT_PREFIX.strip()}' "
+            "line: the job did not run a kf-jupyter function (a TrainerCommand option), or the "
+            "pod's log is gone. Read what is left with client.get_job_logs()."
+        )

@@ -31,7 +31,6 @@ from ...errors import (
     BackendError,
     JobFailedError,
     JobNotFoundError,
-    RuntimeNotFoundError,
     ValidationError,
     WaitTimeoutError,
 )
@@ -44,7 +43,7 @@ from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
 from .logs import iter_records
-from .runtimes import LOCAL_RUNTIMES
+from .runtimes import canonical_name, check_emulable, find_runtime, local_runtimes
 
 log = logging.getLogger("kf_jupyter.local")
 
@@ -109,18 +108,12 @@ class LocalBackend:
     # ------------------------------------------------------------------ runtimes
 
     def list_runtimes(self, framework: str | None = None) -> list[Runtime]:
-        """The built-in local runtimes (local-torch, local-mpi, local-jax, local-xgboost)."""
-        return [r for r in LOCAL_RUNTIMES if framework is None or r.framework == framework]
+        """The default Trainer install's runtimes (torch-distributed, ...; see runtimes.py)."""
+        return [r for r in local_runtimes() if framework is None or r.framework == framework]
 
     def get_runtime(self, name: str) -> Runtime:
-        """One local runtime by name."""
-        for r in LOCAL_RUNTIMES:
-            if r.name == name:
-                return r
-        raise RuntimeNotFoundError(
-            f"No local runtime named {name!r}. Local runtimes: "
-            f"{', '.join(r.name for r in LOCAL_RUNTIMES)}."
-        )
+        """One local runtime by name (the old `local-*` names still work, with a warning)."""
+        return find_runtime(name)
 
     # ------------------------------------------------------------------ submit
 
@@ -135,7 +128,10 @@ class LocalBackend:
         options: Iterable[Any] | None,
         job_dir: Path | None = None,
     ) -> tuple[dict[str, Any], LaunchPlan, Runtime, int]:
+        if isinstance(runtime, str):
+            runtime = canonical_name(runtime)
         rt = resolve_runtime_arg(self, trainer, runtime)
+        check_emulable(rt)
         manifest = build_trainjob(trainer, rt, runtime_config, options, backend=self)
         name = manifest["metadata"]["name"]
         jd = job_dir or (self.jobs_dir / name)

@@ -1,0 +1,257 @@
+"""TrainJobs: submit (and dry run), list, get, delete, and wait for a status."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ...build import build_trainjob
+from ...config import RuntimeConfig, mask_object, mask_secrets
+from ...constants import (
+    FRAMEWORK_ANNOTATION,
+    GROUP,
+    JOBSET_NAME_LABEL,
+    TRAINJOB_PLURAL,
+    VERSION,
+)
+from ...errors import (
+    JobFailedError,
+    JobNotFoundError,
+    KFJupyterError,
+    NamespaceNotFoundError,
+    ValidationError,
+    WaitTimeoutError,
+)
+from ...failure import failure_from_pods, failure_text
+from ...runtimes import Runtime
+from ...trainers import BaseTrainer
+from ...types import COMPLETE, FAILED, STATUSES, TERMINAL, TrainJob
+from ..base import StatusCallback, resolve_runtime_arg
+from .api import REQUEST_TIMEOUT
+from .errors import Where
+from .pods import POD_SELECTOR, newest_pods, pod_selector, pod_step
+from .runtimes import RuntimesMixin
+from .status import conditions, job_status, parse_time
+from .watch import SYNC
+
+log = logging.getLogger("kf_jupyter.kubernetes")
+
+
+class JobsMixin(RuntimesMixin):
+    """The TrainJob calls of the backend protocol."""
+
+    # -- submit -----------------------------------------------------------------------------
+    def _build(
+        self,
+        trainer: BaseTrainer,
+        runtime: Runtime | str | None,
+        runtime_config: RuntimeConfig | None,
+        options: Iterable[Any] | None,
+    ) -> dict[str, Any]:
+        rt = resolve_runtime_arg(self, trainer, runtime)
+        return build_trainjob(trainer, rt, runtime_config, options, backend=self)
+
+    def dry_run(
+        self,
+        trainer: BaseTrainer,
+        runtime: Runtime | str | None = None,
+        runtime_config: RuntimeConfig | None = None,
+        options: Iterable[Any] | None = None,
+    ) -> dict[str, Any]:
+        """The TrainJob `train` would create (runtime resolved on the cluster), creating nothing."""
+        job = self._build(trainer, runtime, runtime_config, options)
+        # A preview is printed and shown: credentials in index URLs are masked (train() sends
+        # the real ones).
+        return mask_object({"backend": self.name, "namespace": self.namespace, "trainjob": job})
+
+    def train(
+        self,
+        trainer: BaseTrainer,
+        runtime: Runtime | str | None = None,
+        runtime_config: RuntimeConfig | None = None,
+        options: Iterable[Any] | None = None,
+    ) -> str:
+        """Create the TrainJob; return its name."""
+        job = self._build(trainer, runtime, runtime_config, options)
+        name = job["metadata"]["name"]
+        self._json(
+            Where("create", TRAINJOB_PLURAL, self.namespace, name),
+            self.custom.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            TRAINJOB_PLURAL,
+            job,
+        )
+        log.info("created TrainJob %s/%s", self.namespace, name)
+        return str(name)
+
+    # -- jobs -------------------------------------------------------------------------------
+    def _to_trainjob(
+        self,
+        obj: dict[str, Any],
+        pods: list[dict[str, Any]] | None,
+        runtimes: dict[tuple[str, str], Runtime],
+    ) -> TrainJob:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        trainer = spec.get("trainer") or {}
+        rt = self._runtime_of(obj, runtimes)
+        num_nodes = int(trainer.get("numNodes") or (rt.num_nodes if rt else 1) or 1)
+        nproc_raw = trainer.get("numProcPerNode")
+        nproc: int | None
+        try:
+            nproc = int(nproc_raw) if nproc_raw is not None else None
+        except (TypeError, ValueError):
+            nproc = None
+        if nproc is None and rt is not None:
+            nproc = rt.num_proc_per_node
+        framework = (meta.get("annotations") or {}).get(FRAMEWORK_ANNOTATION) or (
+            rt.framework if rt else "unknown"
+        )
+        chosen = newest_pods(pods) if pods is not None else None
+        status, reason, message = job_status(obj, chosen, num_nodes)
+        failure = failure_from_pods(chosen) if status == FAILED else None
+        if failure is not None:
+            message = f"{failure_text(failure)}\n({message or reason})"
+        completion = None
+        if status in TERMINAL:
+            completion = parse_time(conditions(obj)[status].get("lastTransitionTime"))
+        return TrainJob(
+            name=str(meta.get("name", "")),
+            status=status,
+            backend=self.name,
+            runtime=str((spec.get("runtimeRef") or {}).get("name", "")),
+            framework=str(framework),
+            num_nodes=num_nodes,
+            num_proc_per_node=nproc,
+            reason=reason,
+            message=mask_secrets(message),
+            creation_time=parse_time(meta.get("creationTimestamp")),
+            completion_time=completion,
+            namespace=str(meta.get("namespace") or self.namespace),
+            steps=[pod_step(p) for p in chosen or []],
+            labels=dict(meta.get("labels") or {}),
+            failure=failure,
+        )
+
+    def _check_namespace(self) -> None:
+        """After an empty list: say so plainly if the namespace does not exist."""
+        try:
+            self.core.read_namespace(self.namespace, _request_timeout=REQUEST_TIMEOUT)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                raise NamespaceNotFoundError(
+                    f"Namespace {self.namespace!r} does not exist on {self.host}. Create it, or "
+                    "pass an existing one with KubernetesBackendConfig(namespace=...)."
+                ) from None
+            # 403 (no cluster-scoped read) or anything else: the empty list stands.
+
+    def list_jobs(self) -> list[TrainJob]:
+        """Every TrainJob of the namespace: one TrainJob list and one pod list, whatever the count."""
+        items = self._list_trainjobs().get("items") or []
+        if not items:
+            self._check_namespace()
+            return []
+        pods_by_job: dict[str, list[dict[str, Any]]] = {}
+        for pod in self._list_pods(POD_SELECTOR):
+            job = (pod.get("metadata", {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
+            if job:
+                pods_by_job.setdefault(job, []).append(pod)
+        runtimes = self._cached_runtimes() if any(map(self._needs_runtime, items)) else {}
+        jobs = [
+            self._to_trainjob(obj, pods_by_job.get(obj["metadata"]["name"], []), runtimes)
+            for obj in items
+        ]
+        jobs.sort(key=lambda j: (j.creation_time is None, j.creation_time), reverse=True)
+        return jobs
+
+    def get_job(self, name: str) -> TrainJob:
+        """One TrainJob with its steps (newest pod per replicated job and index)."""
+        obj = self._get_trainjob(name)
+        pods = self._list_pods(pod_selector(name))
+        runtimes = self._cached_runtimes() if self._needs_runtime(obj) else {}
+        return self._to_trainjob(obj, pods, runtimes)
+
+    def delete_job(self, name: str) -> None:
+        """Delete the TrainJob; foreground propagation removes its JobSet and pods first."""
+        self._json(
+            Where("delete", TRAINJOB_PLURAL, self.namespace, name),
+            self.custom.delete_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            TRAINJOB_PLURAL,
+            name,
+            propagation_policy="Foreground",
+        )
+
+    def wait_for_job_status(
+        self,
+        name: str,
+        status: set[str] | frozenset[str] = frozenset({COMPLETE}),
+        timeout: float = 600,
+        callbacks: list[StatusCallback] | None = None,
+    ) -> TrainJob:
+        """Block until the job reaches one of `status`, following a watch (it never polls).
+
+        Requests: one list and one watch (more only if the watch breaks or expires), and one
+        pod list at the end for the steps of the returned job. Callbacks run on each change of
+        status (the jobs they get carry no steps; the returned one does).
+        """
+        wanted = set(status)
+        if not wanted or not wanted <= set(STATUSES):
+            raise ValidationError(
+                f"status must be a non-empty subset of {list(STATUSES)}, got {sorted(wanted)}."
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValidationError(f"timeout must be a number of seconds > 0, got {timeout!r}.")
+        deadline = time.monotonic() + timeout
+        runtimes: dict[tuple[str, str], Runtime] = {}
+        last: TrainJob | None = None
+        watch = self.trainjob_watch(name, deadline)
+        try:
+            for etype, payload in watch:
+                if etype == SYNC:
+                    if not payload:
+                        raise JobNotFoundError(
+                            f"No TrainJob named {name!r} in namespace {self.namespace!r}. List "
+                            "the jobs with client.list_jobs() and check the name."
+                        )
+                    obj = payload[0]
+                elif etype == "DELETED":
+                    raise JobNotFoundError(
+                        f"TrainJob {name!r} was deleted while waiting for it to become "
+                        f"{'/'.join(sorted(wanted))}."
+                    )
+                else:
+                    obj = payload
+                if not runtimes and self._needs_runtime(obj):
+                    runtimes = self._cached_runtimes()
+                job = self._to_trainjob(obj, None, runtimes)
+                if last is None or job.status != last.status:
+                    for cb in callbacks or []:
+                        cb(job)
+                last = job
+                if job.status == FAILED and FAILED not in wanted:
+                    with contextlib.suppress(KFJupyterError):  # the pods hold the root cause
+                        job = self._to_trainjob(obj, self._list_pods(pod_selector(name)), runtimes)
+                    raise JobFailedError(
+                        f"TrainJob {name!r} failed ({job.reason or 'Failed'}: "
+                        f"{job.message or 'no message'}). Read its logs with "
+                        f"client.get_job_logs({name!r}) and its events with "
+                        f"client.get_job_events({name!r})."
+                    )
+                if job.status in wanted:
+                    pods = self._list_pods(pod_selector(name))
+                    return self._to_trainjob(obj, pods, runtimes)
+        finally:
+            watch.close()
+        raise WaitTimeoutError(
+            f"TrainJob {name!r} did not reach {'/'.join(sorted(wanted))} within {timeout:g} s "
+            f"(last status: {last.status if last else 'unknown'}). Wait longer with timeout=..., "
+            f"or look at client.get_job_events({name!r})."
+        )
