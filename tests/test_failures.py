@@ -183,8 +183,12 @@ def test_a_rank_without_a_python_exception_still_names_who_and_how(client):
     with pytest.raises(JobFailedError):
         client.wait_for_job_status(name, timeout=60)
     failure = client.get_job(name).failure
-    assert failure is not None and failure.source == "node-1"
+    assert failure is not None and failure.source == "Rank 1"  # one process per node
     assert failure.exc_type == "killed by signal 9 (SIGKILL)"
+    message = client.get_job(name).message
+    assert (
+        message.startswith("Rank 1 was killed by signal 9 (SIGKILL).") and "python" not in message
+    )
 
 
 # -- logs a person wants to read ---------------------------------------------------------------

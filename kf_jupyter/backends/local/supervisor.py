@@ -400,11 +400,20 @@ def failed_rank(job_dir: str, process_logs: dict[str, str]) -> tuple[int | None,
     return None, None
 
 
-def fallback_failure(job_dir: str, name: str, code: int) -> dict[str, Any]:
-    """The cause when no rank reported an exception (a signal, os._exit, a crash): who and how."""
+def fallback_failure(
+    job_dir: str, name: str, code: int, program: str | None = None
+) -> dict[str, Any]:
+    """The cause when no rank reported an exception (a signal, os._exit, a crash): who and how.
+
+    A process that runs Python itself (no torchrun/mpirun in between) is one rank: node-N is
+    Rank N (JAX, XGBoost and plain jobs run one process per node).
+    """
     logs = os.path.join(job_dir, "logs")
     texts = {name: tail_text(os.path.join(logs, f"{name}.log"))}
     rank, rank_code = failed_rank(job_dir, texts)
+    node = re.fullmatch(r"node-(\d+)", name)
+    if rank is None and node and (program or "").startswith("python"):
+        rank, rank_code = int(node.group(1)), code
     if rank is not None:
         how = describe_exit(rank_code if rank_code is not None else code)
         lines = last_lines(os.path.join(logs, f"rank-{rank}.log"))
@@ -429,6 +438,21 @@ def failure_message(job_dir: str, name: str, code: int, program: str | None = No
     rank, rank_code = failed_rank(job_dir, texts)
     code_text = describe_exit(code)
     proc = f"{name} ({program})" if program else name
+    node = re.fullmatch(r"node-(\d+)", name)
+    if rank is None and node and (program or "").startswith("python"):
+        # The process is the rank itself (one process per node): name the rank only.
+        head = (
+            f"Rank {node.group(1)} was {code_text}."
+            if code < 0
+            else (f"Rank {node.group(1)} failed ({code_text}).")
+        )
+        body = "\n".join(last_lines(proc_log)) or "(no output)"
+        cause = failure_of(job_dir)
+        if cause is None:
+            return (
+                f"{head} The other processes were stopped. Last lines of {name}.log:\n{body}\n"
+                "See every line with client.get_job_logs(name)."
+            )
     cause = failure_of(job_dir)
     if cause is not None:
         what = cause["exc_type"] + (f": {cause['message']}" if cause["message"] else "")
@@ -531,7 +555,9 @@ class Supervisor:
 
     def _record_failure(self, name: str, code: int) -> None:
         """Put the root cause (`failure` in status.json) beside the message."""
-        failure = failure_of(self.job_dir) or fallback_failure(self.job_dir, name, code)
+        failure = failure_of(self.job_dir) or fallback_failure(
+            self.job_dir, name, code, self._program(name)
+        )
         self._update(lambda st: st.update(failure=failure))
 
     def _logs_full(self) -> bool:
