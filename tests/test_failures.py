@@ -421,3 +421,24 @@ def test_torchruns_elastic_dump_is_folded_but_a_users_traceback_is_not():
     # A traceback cut short by the end of the log is still shown.
     state.add("rank-0", "Traceback (most recent call last):")
     assert state.flush_held() == [("rank-0", "Traceback (most recent call last):")]
+
+
+def test_handle_logs_are_readable_and_records_raw(client):
+    from kf_jupyter.magics.handle import JobHandle
+
+    def reports():
+        import kf_jupyter
+
+        kf_jupyter.report(step=1, loss=0.5)
+        print("trained")
+        return 3
+
+    name = client.train(JAXTrainer(func=reports, num_nodes=1, initialize_distributed=False))
+    job = JobHandle(client, name, "local")
+    assert job.wait(timeout=60).status == "Complete"
+    assert job.logs() == ["trained"]
+    assert [r.line.split(" ", 1)[0] for r in job.records()] == [
+        "##kf-jupyter:report",
+        "trained",
+        "##kf-jupyter:result",
+    ]
