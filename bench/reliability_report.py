@@ -1,12 +1,16 @@
 """Run the reliability and hostile-input suites and rewrite docs/reliability.md from the results.
 
     .venv/bin/python bench/reliability_report.py [extra pytest args]
+    .venv/bin/python bench/reliability_report.py --merge tests/test_x.py [more pytest args]
 
 Runs every test marked `@pytest.mark.reliability(scenario=..., area=...)` (slow ones included)
 with tests/reliability_plugin.py, which records per test its outcome, the hypothesis examples it
 ran (or the marker's `tries`) and the figures it recorded with `record_property`; then writes the
 table of docs/reliability.md, grouped by area. The prose at the end of the doc (between the
 `<!-- notes -->` marker and the end) is kept as it is.
+
+`--merge` (for a run of some test files only): the rows of the tests that ran replace their old
+rows, or are added to their area; every other row of the doc stays as it was.
 """
 
 from __future__ import annotations
@@ -38,15 +42,18 @@ PART_B = [
 
 def main() -> int:
     """Run, then write the doc; exit with pytest's status."""
+    args = sys.argv[1:]
+    merge = "--merge" in args
+    args = [a for a in args if a != "--merge"]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "records.json"
         env = dict(os.environ, KF_RELIABILITY_JSON=str(out))
         cmd = [sys.executable, "-m", "pytest", "-p", "tests.reliability_plugin", "-p",
                "no:cacheprovider", "-m", "reliability", "-q", "-W", "ignore::UserWarning",
-               *sys.argv[1:]]  # fmt: skip
+               *args]  # fmt: skip
         rc = subprocess.call(cmd, cwd=REPO, env=env)
         records = json.loads(out.read_text()) if out.exists() else []
-    write_doc(records)
+    write_doc(records, merge=merge)
     print(f"wrote {DOC.relative_to(REPO)}: {len(records)} scenarios")
     return rc
 
@@ -55,9 +62,27 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def write_doc(records: list[dict]) -> None:
-    """The table part of docs/reliability.md from the plugin's records."""
+def _old_rows(old: str) -> dict[str, list[str]]:
+    """The table rows of the current doc by area (for --merge)."""
+    by_title = {f"## {t}": a for a, t in TITLES.items()}
+    rows: dict[str, list[str]] = {a: [] for a in TITLES}
+    area = None
+    for line in old.split(NOTES, 1)[0].splitlines():
+        if line.startswith("## "):
+            area = by_title.get(line.strip())
+        elif area and line.startswith("| ") and not line.startswith(("| Scenario", "|---")):
+            rows[area].append(line)
+    return rows
+
+
+def _test_cell(row: str) -> str:
+    return row.rstrip().rstrip("|").rsplit("|", 1)[-1].strip()
+
+
+def write_doc(records: list[dict], merge: bool = False) -> None:
+    """The table part of docs/reliability.md from the plugin's records (`merge`: into the old)."""
     old = DOC.read_text() if DOC.exists() else ""
+    kept = _old_rows(old) if merge else {}
     notes = old[old.index(NOTES) :] if NOTES in old else f"{NOTES}\n"
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -79,6 +104,7 @@ def write_doc(records: list[dict]) -> None:
         rows = by_area.get(area, [])
         lines += [f"## {TITLES[area]}", ""]
         lines += ["| Scenario | Tried | Held | Figures | Test |", "|---|---|---|---|---|"]
+        new: list[str] = []
         for r in rows:
             tried = r["examples"] or r.get("tries", 1)
             held = {"passed": "yes", "failed": "**NO**"}.get(r["outcome"], r["outcome"])
@@ -87,10 +113,18 @@ def write_doc(records: list[dict]) -> None:
             figures = ", ".join(f"{k}={v}" for k, v in (r.get("figures") or {}).items())
             secs = f"{r.get('seconds', 0):.1f} s"
             test = r["nodeid"].split("::", 1)
-            lines.append(
+            new.append(
                 f"| {_cell(r['scenario'])} | {tried} ({secs}) | {held} | {_cell(figures)} | "
                 f"`{test[0].removeprefix('tests/')}::{test[-1]}` |"
             )
+        if merge:
+            fresh = {_test_cell(row): row for row in new}
+            old_rows = kept.get(area, [])
+            merged = [fresh.pop(_test_cell(row), row) for row in old_rows]
+            lines += merged + [row for row in new if _test_cell(row) in fresh]
+            lines.append("")
+            continue
+        lines += new
         if area == "local" and not rows:
             for s in PART_B:
                 lines.append(f"| {s} | — | part B (not yet written) | | |")

@@ -41,6 +41,12 @@ def generate_name(prefix: str) -> str:
 def _check_env(runtime_config: RuntimeConfig | None, policy_name: str) -> None:
     if not runtime_config or not runtime_config.env:
         return
+    if runtime_config.index_urls and "PIP_INDEX_URL" in runtime_config.env:
+        raise ValidationError(
+            "The pip index is given twice: as pip_index_urls and as env PIP_INDEX_URL. Keep "
+            "one: pip_index_urls for a URL, env={'PIP_INDEX_URL': SecretRef(...)} to keep a "
+            "URL with credentials in a Kubernetes Secret."
+        )
     reserved = get_policy(policy_name).reserved_env
     for key in runtime_config.env:
         if key in reserved:
@@ -146,6 +152,9 @@ def build_trainjob(
     if resources:
         spec_trainer["resourcesPerNode"] = {"limits": dict(resources), "requests": dict(resources)}
     env = _env_list(runtime_config.env if runtime_config else None)
+    if trainer.func is not None and runtime_config and runtime_config.packages:
+        # Credentials in index URLs stay out of the command (see program.index_env).
+        env += _env_list(program.index_env(runtime_config.index_urls))
     if env:
         spec_trainer["env"] = env
 

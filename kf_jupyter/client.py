@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -96,9 +97,16 @@ class TrainerClient:
         step: str | None = None,
         follow: bool = False,
         tail_lines: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[LogRecord]:
-        """Log lines with their source (rank or pod)."""
-        return self.backend.iter_log_records(name, step=step, follow=follow, tail_lines=tail_lines)
+        """Log lines with their source (rank or pod); a follow ends soon after `stop` is set."""
+        if stop is None:
+            return self.backend.iter_log_records(
+                name, step=step, follow=follow, tail_lines=tail_lines
+            )
+        return self.backend.iter_log_records(
+            name, step=step, follow=follow, tail_lines=tail_lines, stop=stop
+        )
 
     def wait_for_job_status(
         self,

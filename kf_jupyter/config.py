@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from .errors import ValidationError
 from .validation import validate_env_name, validate_env_value
@@ -59,7 +59,11 @@ def validate_package(spec: str) -> str:
 
 def validate_index_url(url: str) -> str:
     """Check a pip index URL (http or https, with a host)."""
-    parts = urlsplit(url) if isinstance(url, str) else None
+    try:
+        parts = urlsplit(url) if isinstance(url, str) else None
+        parts is not None and parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:  # '[' without an IPv6 host, a port that is not a number, ...
+        parts = None
     if (
         parts is None
         or parts.scheme not in ("http", "https")
@@ -73,39 +77,60 @@ def validate_index_url(url: str) -> str:
     return url
 
 
+#: A URL scheme and its "://" (http, https, git+https, ftp, ...).
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+#: A user name that is shown as it is (anything else in the userinfo is hidden).
+_PLAIN_USER = re.compile(r"[A-Za-z0-9._~%!$&*+=-]*")
+
+
+def _mask_userinfo(userinfo: str) -> str:
+    user, sep, _ = userinfo.partition(":")
+    if sep and _PLAIN_USER.fullmatch(user):
+        return f"{user}:****"
+    return "****"
+
+
 def mask_url(url: str) -> str:
-    """The URL with any password replaced by '****' (for everything printed)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        parts = None
-    if parts is None or (parts.password is None and not (parts.username and "@" in parts.netloc)):
-        # credentials urlsplit cannot see (a '/', '?', '#' or space in the password): hide
-        # everything between '://' and the last '@'
-        scheme, sep, rest = url.partition("://")
-        if sep and "@" in rest:
-            return f"{scheme}://****@{rest.rpartition('@')[2]}"
+    """The URL with its credentials replaced by '****' (for everything printed).
+
+    The userinfo is taken as everything between '://' and the *last* '@' of the URL, so a
+    password holding '/', '@', ':', '?', '#', quotes or any other character is hidden whole (a
+    path with an '@' in it is masked too: hiding too much is the safe side). A user name is
+    kept when it is plain (`user:****@host`); a lone token is hidden (`****@host`).
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # no scheme: still never print what may be credentials
+        scheme, rest = "", url
+    if "@" not in rest:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    netloc = f"{user}:****@{host}" if parts.password is not None else f"****@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-_URL_IN_TEXT = re.compile(r"(https?://)([^/\s:@'\"]+)(:[^@\s/'\"]*)?@")
+    userinfo, _, host = rest.rpartition("@")
+    return f"{scheme}{sep}{_mask_userinfo(userinfo)}@{host}"
 
 
 def mask_secrets(text: str) -> str:
-    """Mask credentials of every URL found in a text (dry-run output, logs, errors)."""
+    """Mask credentials of every URL found in a text (dry-run output, logs, errors).
 
-    def repl(m: re.Match[str]) -> str:
-        if m.group(3):
-            return f"{m.group(1)}{m.group(2)}:****@"
-        return f"{m.group(1)}****@"
-
-    return _URL_IN_TEXT.sub(repl, text)
+    A URL runs from its scheme to the next whitespace; its userinfo up to the last '@' in it.
+    """
+    if "://" not in text:
+        return text
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _SCHEME.search(text, pos)
+        if m is None:
+            out.append(text[pos:])
+            return "".join(out)
+        end = m.end()
+        while end < len(text) and not text[end].isspace():
+            end += 1
+        at = text.rfind("@", m.end(), end)
+        if at < 0:
+            out.append(text[pos:end])
+            pos = end
+            continue
+        out.append(text[pos : m.end()] + _mask_userinfo(text[m.end() : at]) + "@")
+        pos = at + 1
 
 
 def mask_object(obj: Any) -> Any:

@@ -50,7 +50,7 @@ def _kfj_redirect_logs(rank):
     if not log_dir:
         return
     fd = os.open(
-        os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
     )
     sys.stdout.flush()
     sys.stderr.flush()
@@ -97,6 +97,9 @@ def _kfj_call_xgboost(func, kwargs, rank):
     return result
 
 
+_KFJ_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC  # result file: owner-only (0600)
+
+
 def _kfj_publish(result):
     try:
         text = json.dumps(result, allow_nan=True)
@@ -108,10 +111,10 @@ def _kfj_publish(result):
 
         tmp = path + ".tmp"
         try:
-            with open(tmp, "wb") as fh:
+            with os.fdopen(os.open(tmp, _KFJ_PRIVATE, 0o600), "wb") as fh:
                 pickle.dump(result, fh)
         except Exception:
-            with open(tmp, "wb") as fh:
+            with os.fdopen(os.open(tmp, _KFJ_PRIVATE, 0o600), "wb") as fh:
                 pickle.dump(json.loads(text), fh)
         os.replace(tmp, path)
     print(_KFJ_RESULT + text, flush=True)

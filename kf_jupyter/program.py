@@ -92,26 +92,48 @@ def quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def pip_prelude(packages: Sequence[str], index_urls: Sequence[str]) -> str:
+#: The environment variable holding index URL `i` of a job (see `index_env`).
+INDEX_ENV = "KF_JUPYTER_PIP_INDEX_{}"
+
+
+def index_env(index_urls: Sequence[str]) -> dict[str, str]:
+    """The variables that carry the pip index URLs into the job (`KF_JUPYTER_PIP_INDEX_0`, ...).
+
+    Index URLs may hold credentials, so they travel in the environment (owner-only in
+    /proc/PID/environ; a SecretRef on a cluster) and never in a command line, which every local
+    user can read (`ps`, /proc/PID/cmdline) and every reader of the TrainJob sees.
+    """
+    return {INDEX_ENV.format(i): url for i, url in enumerate(index_urls)}
+
+
+def pip_prelude(packages: Sequence[str], index_urls: Sequence[object]) -> str:
     """Shell lines that install packages with pip (extras, several indexes, a missing pip).
 
+    The index URLs are not in the text: pip reads them from PIP_INDEX_URL / PIP_EXTRA_INDEX_URL,
+    set for the pip command only from the job's `index_env` variables (only their number is
+    used here). Externally managed interpreters (PEP 668, Debian/Ubuntu images) are installed
+    into as the Kubeflow SDK does, with PIP_BREAK_SYSTEM_PACKAGES=1 (see docs/decisions.md).
     Skipped when KF_JUPYTER_SKIP_INSTALL is set (the local backend provides the environment).
     On failure it prints one line and the tail of pip's log, and exits 1.
     """
     if not packages:
         return ""
-    idx: list[str] = []
-    for i, url in enumerate(index_urls):
-        idx += ["--index-url" if i == 0 else "--extra-index-url", url]
-    args = " ".join(quote(a) for a in [*idx, *packages])
+    names = [INDEX_ENV.format(i) for i in range(len(index_urls))]
+    idx = ""
+    if names:
+        idx += f'PIP_INDEX_URL="${{{names[0]}}}" '
+    if len(names) > 1:
+        idx += 'PIP_EXTRA_INDEX_URL="' + " ".join(f"${{{n}}}" for n in names[1:]) + '" '
+    args = " ".join(quote(a) for a in packages)
     what = quote(
         "kf-jupyter: pip could not install " + " ".join(packages) + "; the end of pip's log:"
     )
-    pip = "PIP_DISABLE_PIP_VERSION_CHECK=1 python3 -m pip install --quiet --no-warn-script-location"
+    env = "PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1"
+    pip = f"{env} {idx}python3 -m pip install --quiet --no-warn-script-location"
     return (
         'if [ -z "${KF_JUPYTER_SKIP_INSTALL:-}" ]; then\n'
         '  kfj_pip_log="$(mktemp "${TMPDIR:-/tmp}/kf-jupyter-pip.XXXXXX")"\n'
-        '  python3 -m pip --version >/dev/null 2>&1 || python3 -m ensurepip --upgrade >"$kfj_pip_log" 2>&1 || true\n'
+        f'  python3 -m pip --version >/dev/null 2>&1 || {env} python3 -m ensurepip --upgrade >"$kfj_pip_log" 2>&1 || true\n'
         f'  if ! {pip} {args} >>"$kfj_pip_log" 2>&1 && ! {pip} --user {args} >>"$kfj_pip_log" 2>&1; then\n'
         f"    printf '%s\\n' {what} >&2\n"
         '    tail -n 25 "$kfj_pip_log" >&2\n'
@@ -131,12 +153,15 @@ def materialise(source: str, args_json: str, runner: str, subdir: str = "") -> s
         head += f'kfj_dir="$kfj_dir{subdir}"\n'
     return (
         head
+        # owner-only (the job store is private whatever the umask); the job keeps its umask
+        + 'kfj_umask="$(umask)"; umask 077\n'
         + 'mkdir -p "$kfj_dir"\n'
         + (
             f"printf '%s' {quote(source)} >\"$kfj_dir/kf_func.py\"\n"
             f"printf '%s' {quote(args_json)} >\"$kfj_dir/kf_args.json\"\n"
             f"printf '%s' {quote(runner)} >\"$kfj_dir/kf_entry.py\"\n"
         )
+        + 'umask "$kfj_umask"\n'
     )
 
 

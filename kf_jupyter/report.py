@@ -22,24 +22,55 @@ def report(step: int | None = None, progress: float | None = None, **metrics: fl
             values[key] = float(value)
         except (TypeError, ValueError):
             raise TypeError(f"report(): metric {key!r} must be a number, got {value!r}") from None
+        except OverflowError:
+            raise TypeError(
+                f"report(): metric {key!r} is an integer too large for a float "
+                f"({len(str(abs(value)))} digits); report a float or a scaled value instead."
+            ) from None
     record = {"step": step, "progress": progress, "metrics": values}
     print(REPORT_PREFIX + json.dumps(record, allow_nan=True), flush=True)
 
 
+def finite_number(value: Any) -> float | None:
+    """`value` as a finite float, or None: not a number, a bool, NaN, ±inf, or too large.
+
+    An integer of hundreds of digits (JSON allows it) does not fit a float: None, not an
+    `OverflowError`. Every consumer of report lines goes through this, so no value can stop one.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    return out if math.isfinite(out) else None
+
+
 def parse_report(line: str) -> dict[str, Any] | None:
-    """The record of a report line, or None for any other line."""
+    """The record of a report line, or None for any other line (never raises).
+
+    Only finite numbers are kept: a metric that is not one is dropped, a `step` or `progress`
+    that is not one becomes None; the line itself is still a report (hidden from the log view).
+    """
     idx = line.find(REPORT_PREFIX)
     if idx < 0:
         return None
     try:
         record = json.loads(line[idx + len(REPORT_PREFIX) :])
-    except ValueError:
+    except (ValueError, RecursionError):  # malformed, or an int beyond Python's digit limit
         return None
     if not isinstance(record, dict) or not isinstance(record.get("metrics", {}), dict):
         return None
-    metrics = {
-        k: float(v)
-        for k, v in (record.get("metrics") or {}).items()
-        if isinstance(v, int | float) and not (isinstance(v, float) and math.isnan(v))
+    metrics = {}
+    for k, v in (record.get("metrics") or {}).items():
+        num = finite_number(v)
+        if num is not None:
+            metrics[str(k)] = num
+    step = record.get("step")
+    step_num = finite_number(step)
+    progress = finite_number(record.get("progress"))
+    return {
+        "step": None if step_num is None else (step if isinstance(step, int) else step_num),
+        "progress": progress,
+        "metrics": metrics,
     }
-    return {"step": record.get("step"), "progress": record.get("progress"), "metrics": metrics}

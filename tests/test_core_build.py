@@ -144,9 +144,11 @@ def test_everything_at_once_validates(rts) -> None:
     assert job["spec"]["trainer"]["resourcesPerNode"]["limits"]["cpu"] == "500m"
     script = job["spec"]["trainer"]["command"][2]
     assert "--max-restarts 1" in script
-    assert "'--extra-index-url' 'https://mirror.example.com/simple'" in script or (
-        "--extra-index-url https://mirror.example.com/simple" in script
-    )
+    # Index URLs travel in the environment, never in the command (credentials, issue 13).
+    assert "example.com" not in script and "pypi.org" not in script
+    assert env["KF_JUPYTER_PIP_INDEX_0"]["value"] == "https://pypi.org/simple"
+    assert env["KF_JUPYTER_PIP_INDEX_1"]["value"] == "https://mirror.example.com/simple"
+    assert 'PIP_EXTRA_INDEX_URL="${KF_JUPYTER_PIP_INDEX_1}"' in script
 
 
 def test_torch_flags_land_in_command(rts) -> None:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kf_jupyter import MPITrainer, RuntimeConfig, TorchTrainer, ValidationError
+from kf_jupyter import MPITrainer, RuntimeConfig, TorchTrainer, ValidationError, program
 from kf_jupyter.build import build_trainjob
 from kf_jupyter.options import Annotations, Labels, Name
 from kf_jupyter.policies import get_policy
@@ -182,6 +182,10 @@ def test_images_and_runtime_names(image: str, runtime: str) -> None:
 STUB = """#!/bin/bash
 # stand-in python3: records its argv (NUL-separated) and succeeds
 for a in "$@"; do printf '%s\\0' "$a"; done >> "$KFJ_RECORD"
+# and the index URLs pip would read from its environment
+for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL; do
+  if [ -n "${!v+x}" ]; then printf '%s=%s\\0' "$v" "${!v}"; fi
+done >> "$KFJ_RECORD"
 printf '\\n--\\n' >> "$KFJ_RECORD"
 """
 
@@ -195,11 +199,14 @@ def stub_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _run_script(script: str, stub_bin: Path, work: Path) -> list[list[str]]:
+def _run_script(
+    script: str, stub_bin: Path, work: Path, extra_env: dict[str, str] | None = None
+) -> list[list[str]]:
     record = work / "record"
     record.unlink(missing_ok=True)
     env = {"PATH": f"{stub_bin}:/usr/bin:/bin", "KFJ_RECORD": str(record),
            "KF_JUPYTER_WORKDIR": str(work / "w"), "TMPDIR": str(work)}  # fmt: skip
+    env.update(extra_env or {})
     subprocess.run(["bash", "-c", script], env=env, check=True, capture_output=True, timeout=30)
     calls = record.read_bytes().split(b"\n--\n")
     return [[a.decode("utf-8", "surrogateescape") for a in c.split(b"\0")[:-1]] for c in calls if c]
@@ -216,7 +223,8 @@ urls = st.one_of(
 
 @pytest.mark.reliability(
     scenario="package names and pip index URLs: invalid ones refused with the rule; valid ones "
-    "reach pip as exact argv words when the generated bash script runs (no canary file)",
+    "reach pip exactly when the generated bash script runs: packages as argv words, index URLs "
+    "in pip's environment only, never in the script (no canary file)",
     area="hostile",
 )
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
@@ -236,12 +244,16 @@ def test_packages_and_index_urls_reach_pip_exactly(
                       tuple(rc.packages), tuple(rc.index_urls))  # fmt: skip
     script = get_policy("torch").script(TorchTrainer(func=train), payload)
     work = tmp_path_factory.mktemp("run")
-    calls = _run_script(script, stub_bin, work)
+    # The index URLs (credentials maybe) are never in the script: they come from the job's env.
+    assert not [u for u in rc.index_urls if u in script]
+    calls = _run_script(script, stub_bin, work, program.index_env(rc.index_urls))
     install = next(c for c in calls if c[:3] == ["-m", "pip", "install"])
     idx: list[str] = []
-    for i, u in enumerate(rc.index_urls):
-        idx += ["--index-url" if i == 0 else "--extra-index-url", u]
-    assert install[5:] == [*idx, *rc.packages]
+    if rc.index_urls:
+        idx.append(f"PIP_INDEX_URL={rc.index_urls[0]}")
+    if len(rc.index_urls) > 1:
+        idx.append(f"PIP_EXTRA_INDEX_URL={' '.join(rc.index_urls[1:])}")
+    assert install[5:] == [*rc.packages, *idx]
 
 
 @pytest.mark.reliability(

@@ -34,6 +34,7 @@ from .test_local_support import (
     supervisor_alive,
     wait_until,
 )
+from .waits import DEADLINE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,7 +126,7 @@ def test_env_order_and_cwd(client, tmp_path, monkeypatch):
     names = ["KFJ_T_KERNEL", "KFJ_T_BOTH", "JAX_PROCESS_ID", "JAX_NUM_PROCESSES", "KFJ_T_SECRET"]
     rc = RuntimeConfig(env={"KFJ_T_BOTH": "from-config", "KFJ_T_SECRET": SecretRef("s", "k")})
     name = client.train(plain(1, func_args={"names": names}), runtime_config=rc)
-    client.wait_for_job_status(name, timeout=60)
+    client.wait_for_job_status(name, timeout=DEADLINE)
     out = client.get_job_result(name)
     assert out == {
         "KFJ_T_KERNEL": "from-kernel",
@@ -156,7 +157,7 @@ def test_name_clash_and_unknown_job(client):
     assert name == "same-name"
     with pytest.raises(ValidationError, match="already exists"):
         client.train(plain(1, func_args={"names": []}), options=[Name("same-name")])
-    client.wait_for_job_status(name, timeout=60)
+    client.wait_for_job_status(name, timeout=DEADLINE)
     with pytest.raises(JobNotFoundError, match="same-name"):
         client.get_job("other-name")
 
@@ -165,7 +166,7 @@ def test_rank_failure_fails_fast_names_rank_and_leaves_no_orphans(client):
     t0 = time.monotonic()
     name = client.train(plain(2, func=rank_one_raises))
     with pytest.raises(JobFailedError, match="Rank 1 failed") as err:
-        client.wait_for_job_status(name, timeout=60)
+        client.wait_for_job_status(name, timeout=DEADLINE)
     assert time.monotonic() - t0 < 10  # rank 0 would sleep 60 s: it was stopped
     job = client.get_job(name)
     assert job.status == "Failed" and job.reason == "FailedJobs"
@@ -189,16 +190,16 @@ def test_delete_mid_run_kills_the_whole_tree(client):
         what="both escaped children",
     )
     client.delete_job(name)
-    assert_no_orphans(name, timeout=1.0)
+    assert_no_orphans(name)
     assert name not in [j.name for j in client.list_jobs()]
 
 
 def test_cancel_keeps_the_record(client):
     name = client.train(plain(1, func=sleeps_with_escaped_child))
-    client.wait_for_job_status(name, {"Running"}, timeout=30)
+    client.wait_for_job_status(name, {"Running"}, timeout=DEADLINE)
     wait_until(lambda: any(p.name() == "sleep" for p in job_processes(name)), what="child")
     client.backend.cancel_job(name)
-    assert_no_orphans(name, timeout=1.0)
+    assert_no_orphans(name)
     job = client.get_job(name)
     assert (job.status, job.reason) == ("Failed", "Cancelled")
 
@@ -208,7 +209,7 @@ def test_deadline_exceeded(client):
         plain(1, func=sleeps_with_escaped_child), options=[ActiveDeadlineSeconds(1)]
     )
     with pytest.raises(JobFailedError, match="DeadlineExceeded"):
-        client.wait_for_job_status(name, timeout=30)
+        client.wait_for_job_status(name, timeout=DEADLINE)
     assert_no_orphans(name)
 
 
@@ -222,7 +223,9 @@ def test_wait_timeout_and_status_names(client, tmp_path):
         client.get_job_result(name)
     (tmp_path / "go").touch()
     seen = []
-    job = client.wait_for_job_status(name, timeout=30, callbacks=[lambda j: seen.append(j.status)])
+    job = client.wait_for_job_status(
+        name, timeout=DEADLINE, callbacks=[lambda j: seen.append(j.status)]
+    )
     assert job.status == "Complete" and seen[-1] == "Complete"
     assert client.get_job_result(name) == "done"
 
@@ -275,7 +278,7 @@ SECOND = textwrap.dedent(
 def test_second_process_sees_and_follows_a_running_job(client, tmp_path):
     gate = tmp_path / "go"
     name = client.train(plain(1, func=wait_for_file, func_args={"path": str(gate)}))
-    client.wait_for_job_status(name, {"Running"}, timeout=30)
+    client.wait_for_job_status(name, {"Running"}, timeout=DEADLINE)
     other = subprocess.Popen(
         [sys.executable, "-c", SECOND, str(client.backend.state_dir), name],
         stdout=subprocess.PIPE,
@@ -288,7 +291,7 @@ def test_second_process_sees_and_follows_a_running_job(client, tmp_path):
     assert other.poll() is None  # still following: the job has not ended
     gate.touch()
     second = json.loads(other.stdout.readline())
-    other.wait(timeout=30)
+    other.wait(timeout=DEADLINE)
     lines = ["waiting", "released"]  # get_job_logs: no protocol lines
     assert second == {"lines": lines, "status": "Complete"}
 
@@ -318,13 +321,13 @@ def test_job_survives_the_kernel_that_started_it(client, tmp_path):
         cwd=tmp_path,
     )
     name = kernel.stdout.readline().strip()
-    client.wait_for_job_status(name, {"Running"}, timeout=30)
+    client.wait_for_job_status(name, {"Running"}, timeout=DEADLINE)
     kernel.kill()
     kernel.wait()
     time.sleep(0.2)
     assert client.get_job(name).status == "Running"
     gate.touch()
-    assert client.wait_for_job_status(name, timeout=30).status == "Complete"
+    assert client.wait_for_job_status(name, timeout=DEADLINE).status == "Complete"
     assert client.get_job_result(name) == "done"
 
 
@@ -333,14 +336,21 @@ def test_lost_supervisor_is_reported_and_delete_still_cleans_up(client):
     import signal
 
     name = client.train(plain(1, func=sleeps_with_escaped_child))
-    client.wait_for_job_status(name, {"Running"}, timeout=30)
+    client.wait_for_job_status(name, {"Running"}, timeout=DEADLINE)
     wait_until(lambda: any(p.name() == "sleep" for p in job_processes(name)), what="child")
-    time.sleep(1.2)  # the supervisor records descendants every second
-    st = _json.loads((client.backend.jobs_dir / name / "status.json").read_text())
+    child = next(p.pid for p in job_processes(name) if p.name() == "sleep")
+    status_json = client.backend.jobs_dir / name / "status.json"
+
+    def recorded() -> bool:  # the supervisor records descendants every second
+        snap = _json.loads(status_json.read_text()).get("descendants") or []
+        return any(pid == child for pid, _ in snap)
+
+    wait_until(recorded, what=f"the supervisor recording the escaped child {child}")
+    st = _json.loads(status_json.read_text())
     os.kill(st["supervisor_pid"], signal.SIGKILL)
     wait_until(lambda: not supervisor_alive(client.backend, name), what="supervisor gone")
     job = client.get_job(name)
     assert (job.status, job.reason) == ("Failed", "SupervisorLost")
     assert job_processes(name)  # the ranks are still there ...
     client.delete_job(name)
-    assert_no_orphans(name, timeout=1.0)  # ... until delete stops them
+    assert_no_orphans(name)  # ... until delete stops them

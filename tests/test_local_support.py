@@ -12,6 +12,9 @@ from kf_jupyter.backends.local.backend import LocalBackend
 from kf_jupyter.backends.local.config import LocalBackendConfig
 from kf_jupyter.client import TrainerClient
 
+from . import waits
+from .waits import DEADLINE
+
 
 def job_processes(name: str) -> list[psutil.Process]:
     """Live processes started for job `name` (they carry KF_JUPYTER_JOB_NAME in their env)."""
@@ -40,7 +43,7 @@ def supervisor_alive(backend: LocalBackend, name: str) -> bool:
         return False
 
 
-def assert_no_orphans(name: str, timeout: float = 5.0) -> None:
+def assert_no_orphans(name: str, timeout: float = 60.0) -> None:
     """No process of job `name` is alive (waits up to `timeout` for them to go)."""
     end = time.monotonic() + timeout
     left = job_processes(name)
@@ -50,14 +53,9 @@ def assert_no_orphans(name: str, timeout: float = 5.0) -> None:
     assert not left, [(p.pid, p.cmdline()[:3]) for p in left]
 
 
-def wait_until(cond, timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll `cond()` every 50 ms until it holds."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_until(cond, timeout: float = DEADLINE, what: str = "condition") -> None:
+    """Poll `cond()` every 50 ms until it holds (tests/waits.py: generous, names `what`)."""
+    waits.wait_until(cond, what=what, timeout=timeout, poll=0.05)
 
 
 @pytest.fixture(name="client")

@@ -144,7 +144,10 @@ def test_dry_run_kubernetes_manifest_validates_against_crd(shell, capsys):
     manifest = yaml.safe_load(out)
     assert manifest["kind"] == "TrainJob" and manifest["metadata"]["name"] == "mnist-ddp"
     assert manifest["spec"]["trainer"]["numNodes"] == 2
-    assert manifest["spec"]["trainer"]["env"] == [{"name": "MODE", "value": "fast"}]
+    assert manifest["spec"]["trainer"]["env"] == [
+        {"name": "MODE", "value": "fast"},
+        {"name": "KF_JUPYTER_PIP_INDEX_0", "value": "https://user:****@pypi.example.com/simple"},
+    ]
     assert manifest["spec"]["runtimeRef"]["name"] == "torch-distributed"
     assert_valid_trainjob(manifest)
     assert "cannot be reached" in err  # the offline fallback says so

@@ -84,7 +84,9 @@ def bare_python(tmp_path_factory) -> Path:
     return d / "bin"
 
 
-def _run_prelude(script: str, bin_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+def _run_prelude(
+    script: str, bin_dir: Path, tmp_path: Path, index_urls: list[str] | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(
         PATH=f"{bin_dir}:/usr/bin:/bin",
@@ -92,16 +94,16 @@ def _run_prelude(script: str, bin_dir: Path, tmp_path: Path) -> subprocess.Compl
         PIP_NO_CACHE_DIR="1",
         TMPDIR=str(tmp_path),
     )
+    env.update(program.index_env(index_urls or []))  # as spec.trainer.env gives them
     return subprocess.run(
         ["bash", "-c", "set -e\n" + script], env=env, capture_output=True, text=True, timeout=300
     )
 
 
 def test_installs_extras_from_several_indexes_without_pip(index, bare_python, tmp_path) -> None:
-    script = program.pip_prelude(
-        ["kfj-demo-a[fast]", "kfj-demo-b==1.0"], [f"{index}/simple", f"{index}/other"]
-    )
-    proc = _run_prelude(script, bare_python, tmp_path)
+    urls = [f"{index}/simple", f"{index}/other"]
+    script = program.pip_prelude(["kfj-demo-a[fast]", "kfj-demo-b==1.0"], urls)
+    proc = _run_prelude(script, bare_python, tmp_path, urls)
     assert proc.returncode == 0, proc.stderr
     check = subprocess.run(
         [
@@ -117,7 +119,7 @@ def test_installs_extras_from_several_indexes_without_pip(index, bare_python, tm
 
 def test_failure_says_so_in_one_line_with_the_pip_log(index, tmp_path) -> None:
     script = program.pip_prelude(["kfj-no-such-package"], [f"{index}/simple"])
-    proc = _run_prelude(script, Path(sys.executable).parent, tmp_path)
+    proc = _run_prelude(script, Path(sys.executable).parent, tmp_path, [f"{index}/simple"])
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
     assert lines[0] == (
@@ -131,3 +133,67 @@ def test_skipped_when_the_local_backend_provides_the_environment(tmp_path) -> No
     env_script = "export KF_JUPYTER_SKIP_INSTALL=1\n" + script
     proc = _run_prelude(env_script, Path(sys.executable).parent, tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+def _externally_managed_system_python() -> str | None:
+    """A python3 outside any venv, marked EXTERNALLY-MANAGED (PEP 668), with pip; else None."""
+    probe = (
+        "import os, sys, sysconfig\n"
+        "marked = os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))\n"
+        "print(int(marked and sys.prefix == sys.base_prefix))\n"
+    )
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if not os.path.exists(cand):
+            continue
+        out = subprocess.run([cand, "-c", probe], capture_output=True, text=True)
+        pip = subprocess.run([cand, "-m", "pip", "--version"], capture_output=True)
+        if out.stdout.strip() == "1" and pip.returncode == 0:
+            return cand
+    return None
+
+
+@pytest.mark.reliability(
+    scenario="package install on an image whose Python is externally managed (PEP 668, Debian's "
+    "own python3 with pip, as an unprivileged user): the prelude installs the package",
+    area="hostile",
+    tries=1,
+)
+def test_installs_into_an_externally_managed_python(index) -> None:
+    python = _externally_managed_system_python()
+    if python is None:
+        pytest.skip("no system python3 marked EXTERNALLY-MANAGED (with pip) on this machine")
+    import shutil
+    import tempfile
+
+    # An unprivileged user (as in most images' non-root user) cannot write the system
+    # site-packages, so the prelude takes its --user path, which PEP 668 refuses by default.
+    as_user: list[str] = []
+    home = Path(tempfile.mkdtemp(prefix="kfj-pep668-", dir="/tmp"))
+    try:
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None:
+                pytest.skip("running as root without setpriv to drop privileges")
+            os.chown(home, 65534, 65534)
+            as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        env = {
+            "PATH": f"{Path(python).parent}:/usr/bin:/bin",
+            "HOME": str(home),
+            "TMPDIR": str(home),
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_NO_CACHE_DIR": "1",
+            **program.index_env([f"{index}/simple"]),
+        }
+        script = "set -e\n" + program.pip_prelude(["kfj-demo-a"], [f"{index}/simple"])
+        proc = subprocess.run(
+            [*as_user, "bash", "-c", script], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr
+        check = subprocess.run(
+            [*as_user, "python3", "-c", "import kfj_demo_a; print(kfj_demo_a.VALUE)"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert check.stdout.strip() == "42", check.stderr
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,8 +62,9 @@ class Backend(Protocol):
         step: str | None = None,
         follow: bool = False,
         tail_lines: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[LogRecord]:
-        """Log lines with their source; with follow=True, until the job ends."""
+        """Log lines with their source; with follow=True, until the job ends or `stop` is set."""
         ...
 
     def get_job_logs(

@@ -14,6 +14,7 @@ import tokenize
 from dataclasses import dataclass
 
 from ..errors import ValidationError
+from ..program import MAX_SCRIPT_BYTES
 
 #: The name of the function a cell becomes (shows up in remote tracebacks).
 FUNC_NAME = "kf_train_cell"
@@ -89,10 +90,69 @@ def _syntax_message(exc: SyntaxError, body: str) -> str:
     )
 
 
+#: The cell magics whose body becomes a job (the size check runs before IPython parses them).
+TRAINING_MAGICS = ("torchtrain", "mpitrain", "jaxtrain", "xgboosttrain")
+
+
+def oversize_message(size: int) -> str:
+    """The error for a training cell of `size` bytes, over what a job's command can hold."""
+    return (
+        f"The training cell is {size:,} bytes; a job's command holds at most "
+        f"{MAX_SCRIPT_BYTES:,} bytes (one process argument), the cell included. Nothing was "
+        "submitted. Keep data out of the cell: read it from a file or a volume in the job, or "
+        "move large code into a module."
+    )
+
+
+def oversized_training_cell(lines: list[str]) -> int | None:
+    """The size in bytes of a training cell too large to submit, else None (cheap: no parsing).
+
+    Given the cell as IPython's input transformers see it (a list of lines), before any of them
+    runs: IPython's own clean-up passes take seconds on a 10 MB cell.
+    """
+    first = next((ln for ln in lines if ln.strip()), "")
+    word = first.strip().split(maxsplit=1)[0] if first.strip() else ""
+    if not word.startswith("%%") or word[2:] not in TRAINING_MAGICS:
+        return None
+    chars = sum(len(ln) for ln in lines)
+    if chars <= MAX_SCRIPT_BYTES // 4:  # 4 bytes per character at most in UTF-8
+        return None
+    size = sum(len(ln.encode("utf-8", "surrogatepass")) for ln in lines)
+    return size if size > MAX_SCRIPT_BYTES else None
+
+
+def check_cell_text(body: str) -> None:
+    """Refuse a cell too large for a job's command, or holding text that is not UTF-8.
+
+    The size is checked first (in O(1) for the length, then one encode), so a huge cell is
+    refused at once instead of after minutes of tokenizing.
+    """
+    if (
+        len(body) > MAX_SCRIPT_BYTES
+        or len(body.encode("utf-8", "surrogatepass")) > MAX_SCRIPT_BYTES
+    ):
+        raise ValidationError(oversize_message(len(body.encode("utf-8", "surrogatepass"))))
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        before = body[: exc.start]
+        line = before.count("\n") + 2  # the %%torchtrain line is line 1
+        col = exc.start - (before.rfind("\n") + 1) + 1
+        code = f"U+{ord(body[exc.start]):04X}"
+        raise ValidationError(
+            f"The training cell holds a lone surrogate character ({code}) on line {line}, "
+            f"column {col} (the magic line is line 1): that is not text any file or process "
+            "can carry (it cannot be encoded as UTF-8), so nothing was submitted. It usually "
+            "comes from pasted or badly decoded text; delete it, or write it as an escape "
+            f"inside a string literal ('\\u{ord(body[exc.start]):04x}')."
+        ) from None
+
+
 def build_cell_function(
     body: str, args: tuple[str, ...] = (), name: str = FUNC_NAME
 ) -> CellFunction:
     """The source of `def name(args): <body>`, checked for syntax and free names."""
+    check_cell_text(body)  # before any parsing: cheap, and parsing 10 MB takes minutes
     body = textwrap.dedent(body.replace("\r\n", "\n"))
     if not body.strip():
         raise ValidationError(

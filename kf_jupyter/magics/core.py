@@ -27,7 +27,7 @@ from ..errors import (
 )
 from ..trainers import TRAINER_CLASSES, BaseTrainer
 from ..types import COMPLETE, FAILED
-from .cell import build_cell_function
+from .cell import build_cell_function, oversize_message, oversized_training_cell
 from .handle import JobHandle
 
 
@@ -61,6 +61,21 @@ def _parse_args(magic: Any, line: str) -> Any:
 
 def _fail(message: str) -> KFMagicError:
     return KFMagicError(mask_secrets(message))
+
+
+def _refuse_oversized_training_cell(lines: list[str]) -> list[str]:
+    """IPython input transformer: a training cell too large to submit is refused at once."""
+    size = oversized_training_cell(lines)
+    if size is not None:
+        raise _fail(oversize_message(size))
+    return lines
+
+
+def _install_size_check(shell: Any) -> None:
+    """Put the size check first among the shell's clean-up transformers (once)."""
+    cleanup = getattr(shell, "input_transformers_cleanup", None)
+    if isinstance(cleanup, list) and _refuse_oversized_training_cell not in cleanup:
+        cleanup.insert(0, _refuse_oversized_training_cell)
 
 
 def _training_args(framework: str) -> Any:
@@ -159,6 +174,8 @@ class KubeflowMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self._clients: dict[tuple[str, str | None, str | None, str | None], Any] = {}
         self.monitors: list[Any] = []
+        if shell is not None:
+            _install_size_check(shell)
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -486,7 +503,7 @@ class KubeflowMagics(Magics):
 
         def read() -> None:
             try:
-                for rec in handle.client.iter_log_records(handle.name, follow=True):
+                for rec in handle.client.iter_log_records(handle.name, follow=True, stop=stop):
                     if stop.is_set():
                         return
                     lines.put(rec)

@@ -43,7 +43,11 @@ class MPIPolicy(Policy):
             )
             + "\n"
         )
-        return program.check_size(f"set -e\nexec mpirun bash -c {program.quote(inner)}\n")
+        # Index URLs reach ranks on other nodes through the environment (-x NAME forwards it
+        # by name): their credentials must never be in mpirun's argv.
+        urls = payload.index_urls if payload.packages else ()
+        forward = "".join(f"-x {n} " for n in program.index_env(urls))
+        return program.check_size(f"set -e\nexec mpirun {forward}bash -c {program.quote(inner)}\n")
 
     def launcher_env(self, slots: int, hostfile: str) -> dict[str, str]:
         """The launcher's environment (the Trainer's MPI plugin)."""

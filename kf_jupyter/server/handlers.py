@@ -34,7 +34,13 @@ from ..errors import (
 from ..logview import readable
 from ..types import LogRecord
 from ..validation import validate_job_name
-from .state import BackendUnavailableError, KFJupyterServer, validate_backend, validate_namespace
+from .state import (
+    BackendUnavailableError,
+    KFJupyterServer,
+    TooManyStreamsError,
+    validate_backend,
+    validate_namespace,
+)
 
 API_PREFIX = "kf-jupyter/api"
 AUTH_RESOURCE = "kf_jupyter"
@@ -57,7 +63,11 @@ def status_of(exc: BaseException) -> int:
     if isinstance(exc, JobNotFoundError | RuntimeNotFoundError | NamespaceNotFoundError):
         return 404
     if isinstance(
-        exc, ClusterUnreachableError | TrainerNotInstalledError | BackendUnavailableError
+        exc,
+        ClusterUnreachableError
+        | TrainerNotInstalledError
+        | BackendUnavailableError
+        | TooManyStreamsError,
     ):
         return 503
     return 500
@@ -98,8 +108,9 @@ class KFHandler(APIHandler):
         return await self.kf.client(backend, namespace)
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a blocking client call off the event loop."""
-        return await self.kf.run(fn, *args, **kwargs)
+        """Run a blocking client call off the event loop, on the request's backend's pool."""
+        backend, _ = self.target()
+        return await self.kf.run_on(backend, fn, *args, **kwargs)
 
     async def answer(
         self, method: str, *args: Any, render: Callable[[Any], Any], job: str | None = None
@@ -233,14 +244,16 @@ class JobEventsHandler(KFHandler):
 class _LogPump:
     """Pulls log records from a backend generator on its own thread into a bounded queue.
 
-    The event loop is woken (at most once per drain) with `call_soon_threadsafe`; the pump stops
-    at the next record once `stop` is set (the client went away) and closes the generator.
+    The event loop is woken (at most once per drain) with `call_soon_threadsafe`. `stop` (the
+    client went away) is handed to the backend's generator too, so a follow of a silent job ends
+    within its poll interval rather than at the next line; the pump then closes the generator.
+    `cancel()` also wakes `batches()` at once.
     """
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        open_records: Callable[[], Iterator[LogRecord]],
+        open_records: Callable[[threading.Event], Iterator[LogRecord]],
         stop: threading.Event,
     ) -> None:
         self.loop = loop
@@ -279,7 +292,7 @@ class _LogPump:
     def _run(self) -> None:
         gen: Iterator[LogRecord] | None = None
         try:
-            gen = self.open_records()
+            gen = self.open_records(self.stop)
             for rec in gen:
                 if not self._put(rec) or self.stop.is_set():
                     break
@@ -296,9 +309,14 @@ class _LogPump:
             self._pending = False
             self._notify()
 
+    def cancel(self) -> None:
+        """Stop the pump and end `batches()` now (on the event loop: the client went away)."""
+        self.stop.set()
+        self.wake.set()
+
     async def batches(self, idle: float) -> Any:
         """Yield lists of records as they arrive; None after `idle` seconds without any."""
-        while True:
+        while not self.stop.is_set():
             try:
                 await asyncio.wait_for(self.wake.wait(), idle)
             except TimeoutError:
@@ -329,6 +347,7 @@ class JobLogsHandler(KFHandler):
     """GET jobs/{name}/logs: the log, streamed as server-sent events (follow=1) or plain text."""
 
     _stop: threading.Event | None = None
+    _pump: _LogPump | None = None
 
     def _flag(self, name: str) -> bool:
         raw = (self.get_query_argument(name, "") or "").lower()
@@ -354,9 +373,11 @@ class JobLogsHandler(KFHandler):
         return tail
 
     def on_connection_close(self) -> None:
-        """The client went away: stop pulling the job's log."""
+        """The client went away: stop pulling the job's log and free its slot now."""
+        if self._pump is not None:
+            self._pump.cancel()
         if self._stop is not None:
-            self._stop.set()
+            self.kf.close_stream(self._stop)
 
     @web.authenticated
     @authorized
@@ -391,9 +412,12 @@ class JobLogsHandler(KFHandler):
         loop = asyncio.get_running_loop()
         pump = _LogPump(
             loop,
-            lambda: client.iter_log_records(name, step=step, follow=follow, tail_lines=tail),
+            lambda stop: client.iter_log_records(
+                name, step=step, follow=follow, tail_lines=tail, stop=stop
+            ),
             stop,
         )
+        self._pump = pump
         content_type = "text/event-stream" if follow else "text/plain"
         self.set_header("Content-Type", f"{content_type}; charset=utf-8")
         self.set_header("Cache-Control", "no-cache")
@@ -415,6 +439,8 @@ class JobLogsHandler(KFHandler):
                     chunk = "".join(f"[{r.source}] {r.line}\n" for r in readable(batch))
                 self.write(chunk)
                 await self.flush()
+            if stop.is_set():  # the client went away: nobody to tell how it ended
+                return
             if pump.error is not None:
                 self.log.warning("kf-jupyter: log stream of %s ended with %r", name, pump.error)
             if follow:

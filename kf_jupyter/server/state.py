@@ -1,4 +1,11 @@
-"""Server-side state: one TrainerClient per (backend, namespace), worker threads, log streams."""
+"""Server-side state: one TrainerClient per (backend, namespace), worker threads, log streams.
+
+Each backend has its own worker pool: a Kubernetes API server that accepts connections and never
+answers can hold the kubernetes threads, never the local ones. Kubernetes calls made for the UI
+are bounded by `kubernetes_request_timeout` (each HTTP read, and the whole call); past it the
+route answers 503 "not answering", and while every kubernetes thread is held by such a call new
+kubernetes requests get that answer at once instead of queueing.
+"""
 
 from __future__ import annotations
 
@@ -26,11 +33,18 @@ BACKENDS = ("local", "kubernetes")
 #: Seconds a failed kubernetes set-up is remembered by the `backends` route (a polling UI
 #: would otherwise re-read the kubeconfig on every poll).
 FAILURE_TTL = 5.0
+#: Seconds after a kubernetes call ran out of time during which the `backends` route reports the
+#: cluster as not answering (unless a kubernetes call succeeds meanwhile).
+STALL_TTL = 30.0
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class BackendUnavailableError(BackendError):
     """A backend cannot be used from this server (its Python package is missing)."""
+
+
+class TooManyStreamsError(BackendError):
+    """Every log-stream slot is taken (HTTP 503 until one closes)."""
 
 
 def validate_backend(value: str | None) -> str:
@@ -83,12 +97,29 @@ class KFJupyterServer(LoggingConfigurable):
     kubernetes_timeout = Float(
         20.0, help="Seconds to wait for the kubernetes backend to connect before giving up."
     ).tag(config=True)
+    kubernetes_threads = Int(
+        4,
+        help="Worker threads for kubernetes backend calls, apart from the local backend's "
+        "(`api_threads`): a hung API server can hold only these.",
+    ).tag(config=True)
+    kubernetes_request_timeout = Float(
+        10.0,
+        help="Seconds a request made for the UI waits for the Kubernetes API server (the read "
+        "timeout of each HTTP call, and the bound of the whole call) before the route answers "
+        "503 'not answering'.",
+    ).tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, self.api_threads), thread_name_prefix="kf-jupyter-api"
         )
+        self._kube_pool = ThreadPoolExecutor(
+            max_workers=max(1, self.kubernetes_threads), thread_name_prefix="kf-jupyter-k8s"
+        )
+        self._kube_lock = threading.Lock()
+        self._kube_busy = 0  # kubernetes calls running or queued
+        self._kube_stalled: float | None = None  # when a kubernetes call last ran out of time
         self._clients: dict[tuple[str, str | None], TrainerClient] = {}
         self._client_lock = threading.Lock()
         self._streams_lock = threading.Lock()
@@ -99,25 +130,85 @@ class KFJupyterServer(LoggingConfigurable):
     # -- threads ----------------------------------------------------------------------------
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking call on the worker pool, off the tornado event loop."""
+        """Run a blocking call on the local backend's worker pool, off the tornado event loop."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def run_on(self, backend: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call of `backend` on that backend's own pool (kubernetes: bounded)."""
+        if backend != "kubernetes":
+            return await self.run(fn, *args, **kwargs)
+        return await self._run_kube(
+            functools.partial(fn, *args, **kwargs), self.kubernetes_request_timeout
+        )
+
+    def not_answering(self, seconds: float) -> str:
+        """The 'cluster not answering' message."""
+        host = ""
+        with self._client_lock:
+            for (backend, _), client in self._clients.items():
+                if backend == "kubernetes":
+                    host = str(getattr(client.backend, "host", "") or "")
+                    break
+        where = f" at {host}" if host else ""
+        return (
+            f"The Kubernetes API server{where} is not answering (no reply within {seconds:g} s). "
+            "The cluster may be down, overloaded or unreachable from this Jupyter server; check "
+            "it (kubectl get --raw /readyz) and refresh. Local jobs are not affected."
+        )
+
+    def _kube_done(self, _: Any) -> None:
+        with self._kube_lock:
+            self._kube_busy -= 1
+
+    async def _run_kube(self, call: Callable[[], T], seconds: float) -> T:
+        stalled = self._kube_stalled
+        if (
+            stalled is not None
+            and self._kube_busy >= self.kubernetes_threads
+            and time.monotonic() - stalled < FAILURE_TTL
+        ):
+            raise ClusterUnreachableError(self.not_answering(seconds))  # no thread is free
+
+        with self._kube_lock:
+            self._kube_busy += 1
+        try:
+            cf = self._kube_pool.submit(call)
+        except RuntimeError:  # pool shut down: the server is stopping
+            self._kube_done(None)
+            raise
+        cf.add_done_callback(self._kube_done)  # also runs if cancelled before it started
+        try:
+            result = await asyncio.wait_for(asyncio.wrap_future(cf), seconds)
+        except TimeoutError:
+            self._kube_stalled = time.monotonic()
+            message = self.not_answering(seconds)
+            self._kube_failure = (self._kube_stalled, message)
+            raise ClusterUnreachableError(message) from None
+        self._kube_stalled = None
+        return result
 
     def open_stream(self) -> threading.Event:
         """Reserve a log-stream slot; the returned event tells its pump thread to stop."""
         with self._streams_lock:
             if self._closed or len(self._streams) >= self.max_log_streams:
-                raise BackendError(
+                if self._closed:
+                    raise TooManyStreamsError(
+                        "The kf-jupyter server is shutting down and opens no more log streams. "
+                        "Reload the page once the Jupyter server is back."
+                    )
+                raise TooManyStreamsError(
                     f"The kf-jupyter server already serves {len(self._streams)} log streams "
                     f"(the limit, c.KFJupyterServer.max_log_streams, is {self.max_log_streams}). "
-                    "Close some log panels, or raise the limit."
+                    "Close some log panels or browser tabs and retry, or raise the limit in "
+                    "jupyter_server_config.py."
                 )
             stop = threading.Event()
             self._streams.add(stop)
             return stop
 
     def close_stream(self, stop: threading.Event) -> None:
-        """Release a slot taken by open_stream and tell its pump to stop."""
+        """Release a slot taken by open_stream and tell its pump to stop (idempotent)."""
         stop.set()
         with self._streams_lock:
             self._streams.discard(stop)
@@ -136,6 +227,7 @@ class KFJupyterServer(LoggingConfigurable):
                 stop.set()
             self._streams.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._kube_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- clients ----------------------------------------------------------------------------
 
@@ -155,8 +247,13 @@ class KFJupyterServer(LoggingConfigurable):
         from ..backends.kubernetes.config import KubernetesBackendConfig
 
         try:
+            read = max(0.1, self.kubernetes_request_timeout)
             return TrainerClient(
-                KubernetesBackendConfig(namespace=namespace, config_file=self.kubeconfig or None)
+                KubernetesBackendConfig(
+                    namespace=namespace,
+                    config_file=self.kubeconfig or None,
+                    request_timeout=(min(5.0, read), read),
+                )
             )
         except KFJupyterError:
             raise
@@ -189,17 +286,11 @@ class KFJupyterServer(LoggingConfigurable):
             client = self._clients.get(key)
         if client is not None:
             return client
-        fut = self.run(self._cached_client, backend, namespace)
         if backend == "kubernetes":
-            try:
-                return await asyncio.wait_for(fut, self.kubernetes_timeout)
-            except TimeoutError:
-                raise ClusterUnreachableError(
-                    f"The Kubernetes API server did not answer within {self.kubernetes_timeout:g} "
-                    "seconds. Check the cluster address in your kubeconfig and your network, "
-                    "then refresh."
-                ) from None
-        return await fut
+            return await self._run_kube(
+                functools.partial(self._cached_client, backend, namespace), self.kubernetes_timeout
+            )
+        return await self.run(self._cached_client, backend, namespace)
 
     async def backends_info(self) -> dict[str, Any]:
         """What the `backends` route returns: local always, kubernetes with its namespace or error."""
@@ -209,6 +300,10 @@ class KFJupyterServer(LoggingConfigurable):
             "namespace": None,
             "error": None,
         }
+        stalled = self._kube_stalled
+        if stalled is not None and time.monotonic() - stalled < STALL_TTL:
+            kube["error"] = self.not_answering(self.kubernetes_request_timeout)
+            return {"backends": [{"name": "local", "available": True}, kube], "default": "local"}
         failed = self._kube_failure
         if failed is not None and time.monotonic() - failed[0] < FAILURE_TTL:
             kube["error"] = failed[1]

@@ -190,7 +190,8 @@ class LogState:
         parts = []
         for s, ln in rows:
             colour = PALETTE[self.colours.get(s, 0) % len(PALETTE)]
-            parts.append(f"<span style='color:{colour}'>[{s}]</span> {html.escape(ln)}")
+            prefix = html.escape(f"[{s}]")  # a source is a log file's name: anything at all
+            parts.append(f"<span style='color:{colour}'>{prefix}</span> {html.escape(ln)}")
         return (
             "<pre class='kf-log' style='max-height:24em;overflow:auto;margin:0;"
             "font-size:12px;line-height:1.3;white-space:pre-wrap'>" + "\n".join(parts) + "</pre>"
@@ -223,12 +224,13 @@ class LogState:
             ys = [p[1] for p in series]
             x0, x1 = min(xs), max(xs)
             y0, y1 = min(ys), max(ys)
-            dx = (x1 - x0) or 1.0
-            dy = (y1 - y0) or 1.0
+            # halves: the span of two finite floats near ±1.8e308 would overflow to inf
+            dx = (x1 / 2 - x0 / 2) or 1.0
+            dy = (y1 / 2 - y0 / 2) or 1.0
             pad = 6
             pts = " ".join(
-                f"{pad + (x - x0) / dx * (width - 2 * pad):.1f},"
-                f"{height - pad - (y - y0) / dy * (height - 2 * pad - 14):.1f}"
+                f"{pad + (x / 2 - x0 / 2) / dx * (width - 2 * pad):.1f},"
+                f"{height - pad - (y / 2 - y0 / 2) / dy * (height - 2 * pad - 14):.1f}"
                 for x, y in series
             )
             colour = PALETTE[i % len(PALETTE)]

@@ -13,7 +13,8 @@ import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
 import { failureText, formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
 import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
-import { MetricSeries, parseReport } from './metrics';
+import { LogQueue } from './logqueue';
+import { IReport, MetricSeries, parseReport } from './metrics';
 import { Poller } from './poller';
 import { RingBuffer } from './ringbuffer';
 import { messageOf } from './sidebar';
@@ -21,6 +22,12 @@ import { messageOf } from './sidebar';
 /** At most this many log lines are kept in the DOM. */
 export const MAX_LOG_LINES = 2000;
 const ALL = '__all__';
+
+/** A streamed record waiting for the next frame, with whether it is a report line. */
+interface IQueued {
+  rec: ILogRecord;
+  isReport: boolean;
+}
 
 export class JobPanel extends Widget {
   constructor(
@@ -31,6 +38,7 @@ export class JobPanel extends Widget {
     super();
     this.addClass('kf-JobPanel');
     this._lines = new RingBuffer<ILogRecord>(maxLines);
+    this._pending = new LogQueue<IQueued>(maxLines);
     this._build();
     this._statusPoller = new Poller(() => this._fetchStatus(), {
       backoff: { interval: 3000, base: 2000, factor: 2, max: 60000, jitter: 0.1 },
@@ -312,20 +320,31 @@ export class JobPanel extends Widget {
   private _resetLog(): void {
     this._readable = new ReadableLog();
     this._lines.clear();
-    this._pending = [];
+    this._pending.reset();
+    this._metricsChanged = false;
+    this._newSource = false;
     this._sources.clear();
     this._metrics.clear();
     this._log.textContent = '';
     this._chart.render(this._metrics);
   }
 
+  /**
+   * Take one streamed record. Metrics and sources are updated at once (they
+   * are small, and no report may be lost); the line waits in a queue bounded
+   * like the view (see logqueue.ts) for the next animation frame.
+   */
   private _onRecord(rec: ILogRecord): void {
     // Only what a person reads reaches the log view; reports still feed the chart.
     const at = rec.line.indexOf(PROTOCOL_PREFIX);
-    const report = at >= 0 ? parseReport(rec.line.slice(at)) : null;
+    const report: IReport | null = at >= 0 ? parseReport(rec.line.slice(at)) : null;
     if (report) {
       this._metrics.add(report);
       this._metricsChanged = true;
+    }
+    if (rec.source && !this._sources.has(rec.source)) {
+      this._sources.add(rec.source);
+      this._newSource = true;
     }
     this._queue(this._readable.push(rec));
   }
@@ -336,10 +355,9 @@ export class JobPanel extends Widget {
   }
 
   private _queue(shown: ILogRecord[]): void {
-    if (!shown.length && !this._metricsChanged) {
-      return;
+    for (const line of shown) {
+      this._pending.push({ rec: line, isReport: false });
     }
-    this._pending.push(...shown);
     if (!this._flushHandle) {
       this._flushHandle = requestAnimationFrame(() => this._flush());
     }
@@ -348,29 +366,23 @@ export class JobPanel extends Widget {
   /** Apply queued records to the DOM once per frame. */
   private _flush(): void {
     this._flushHandle = 0;
-    const batch = this._pending;
-    this._pending = [];
-    let metricsChanged = this._metricsChanged;
-    this._metricsChanged = false;
-    let newSource = false;
+    const batch = this._pending.drain();
     const filter = this._rank.value;
     const frag = document.createDocumentFragment();
-    for (const rec of batch) {
+    for (const { rec, isReport } of batch) {
       this._lines.push(rec);
-      if (rec.source && !this._sources.has(rec.source)) {
-        this._sources.add(rec.source);
-        newSource = true;
-      }
       if (filter === ALL || rec.source === filter) {
-        frag.append(this._lineNode(rec, false));
+        frag.append(this._lineNode(rec, isReport));
       }
     }
     this._log.append(frag);
     this._trimLog();
-    if (newSource) {
+    if (this._newSource) {
+      this._newSource = false;
       this._renderSources();
     }
-    if (metricsChanged) {
+    if (this._metricsChanged) {
+      this._metricsChanged = false;
       this._chart.render(this._metrics);
     }
     this._renderDropped();
@@ -418,7 +430,7 @@ export class JobPanel extends Widget {
   }
 
   private _renderDropped(): void {
-    const n = this._lines.dropped;
+    const n = this._lines.dropped + this._pending.dropped;
     this._dropped.hidden = n === 0;
     if (n) {
       this._dropped.textContent = `Showing the last ${this.maxLines} lines (${n} earlier lines hidden); open the full log for all of it.`;
@@ -433,11 +445,12 @@ export class JobPanel extends Widget {
   }
 
   private _lines: RingBuffer<ILogRecord>;
-  private _pending: ILogRecord[] = [];
+  private _pending: LogQueue<IQueued>;
+  private _metricsChanged = false;
+  private _newSource = false;
   private _flushHandle = 0;
   private _sources = new Set<string>();
   private _readable = new ReadableLog();
-  private _metricsChanged = false;
   private _metrics = new MetricSeries();
   private _statusPoller: Poller;
   private _abort: AbortController | null = null;

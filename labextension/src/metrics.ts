@@ -13,7 +13,23 @@ export interface IReport {
   metrics: Record<string, number>;
 }
 
-/** Parse a report line (leading whitespace allowed); null if it is not one. */
+// A JSON string, or one of the non-finite tokens Python's json.dumps writes (not JSON).
+const NON_FINITE = /"(?:[^"\\]|\\.)*"|-?Infinity|NaN/g;
+
+/**
+ * Python writes `NaN`, `Infinity` and `-Infinity` for non-finite floats, which
+ * `JSON.parse` rejects; outside strings they become `null` (then dropped), so
+ * one NaN metric does not hide the other values of its report.
+ */
+export function nonFiniteToNull(text: string): string {
+  return text.replace(NON_FINITE, m => (m.startsWith('"') ? m : 'null'));
+}
+
+/**
+ * Parse a report line (leading whitespace allowed); null if it is not one.
+ * Never throws: malformed JSON is null; values that are not finite numbers
+ * (NaN, ±Infinity, a 400-digit integer, text) are dropped.
+ */
 export function parseReport(line: string): IReport | null {
   const text = line.trimStart();
   if (!text.startsWith(REPORT_PREFIX.trimEnd())) {
@@ -21,7 +37,7 @@ export function parseReport(line: string): IReport | null {
   }
   let value: unknown;
   try {
-    value = JSON.parse(text.slice(REPORT_PREFIX.length - 1));
+    value = JSON.parse(nonFiniteToNull(text.slice(REPORT_PREFIX.length - 1)));
   } catch {
     return null;
   }
@@ -169,8 +185,9 @@ export function chartGeometry(points: IPoint[], width: number, height: number, p
   }
   const w = Math.max(1, width - 2 * pad);
   const h = Math.max(1, height - 2 * pad);
-  const sx = (x: number): number => pad + ((x - xMin) / (xMax - xMin)) * w;
-  const sy = (y: number): number => pad + h - ((y - yMin) / (yMax - yMin)) * h;
+  // halves: the span of two finite numbers near ±1.8e308 would overflow to Infinity
+  const sx = (x: number): number => pad + ((x / 2 - xMin / 2) / (xMax / 2 - xMin / 2)) * w;
+  const sy = (y: number): number => pad + h - ((y / 2 - yMin / 2) / (yMax / 2 - yMin / 2)) * h;
   const fmt = (v: number): string => (Math.round(v * 100) / 100).toString();
   const path = points
     .map((p, i) => `${i === 0 ? 'M' : 'L'}${fmt(sx(p.step))},${fmt(sy(p.value))}`)

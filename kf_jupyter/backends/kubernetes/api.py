@@ -102,7 +102,7 @@ class KubeApi:
 
     def _json(self, where: Where, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Call a client method for its raw JSON answer; failures become kf-jupyter errors."""
-        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        kwargs.setdefault("_request_timeout", self.config.request_timeout or REQUEST_TIMEOUT)
         try:
             resp = fn(*args, _preload_content=False, **kwargs)
             data = resp.data

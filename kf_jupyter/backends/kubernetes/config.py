@@ -19,3 +19,6 @@ class KubernetesBackendConfig:
     config_file: str | None = None
     context: str | None = None
     client_configuration: Any = None
+    #: (connect, read) seconds of ordinary API requests (not watches or log streams); None:
+    #: (10, 120). The Jupyter server extension sets a short one for requests made for the UI.
+    request_timeout: tuple[float, float] | None = None

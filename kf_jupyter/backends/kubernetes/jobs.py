@@ -141,7 +141,9 @@ class JobsMixin(RuntimesMixin):
     def _check_namespace(self) -> None:
         """After an empty list: say so plainly if the namespace does not exist."""
         try:
-            self.core.read_namespace(self.namespace, _request_timeout=REQUEST_TIMEOUT)
+            self.core.read_namespace(
+                self.namespace, _request_timeout=self.config.request_timeout or REQUEST_TIMEOUT
+            )
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 raise NamespaceNotFoundError(

@@ -30,6 +30,7 @@ from .watch import BACKOFF_MAX, BACKOFF_START, SYNC, ObjectWatch, _close
 
 ENDED = ("Succeeded", "Failed")
 CLEAN_END_WAIT = 2.0  # a stream ended but the pod has not ended yet: wait this long for news
+STOP_POLL_SECONDS = 0.25  # how often a silent follow checks its consumer's stop event
 
 
 def _terminal(obj: dict[str, Any]) -> bool:
@@ -201,9 +202,16 @@ class LogFollower:
     """`records()` yields the log records of every pod of a job until the job ends."""
 
     def __init__(
-        self, backend: KubeApi, name: str, step: str | None, tail_lines: int | None
+        self,
+        backend: KubeApi,
+        name: str,
+        step: str | None,
+        tail_lines: int | None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.backend = backend
+        #: Set by the consumer (another thread) to end `records()` soon, even while no line comes.
+        self.caller_stop = stop
         self.name = name
         self.step = step
         self.tail_lines = tail_lines
@@ -262,7 +270,12 @@ class LogFollower:
             threads[0].start()
             threads[1].start()
             while True:
-                item = self.q.get()
+                try:
+                    item = self.q.get(timeout=STOP_POLL_SECONDS)
+                except queue.Empty:
+                    if self.caller_stop is not None and self.caller_stop.is_set():
+                        break
+                    continue
                 kind = item[0]
                 if kind == "line":
                     yield item[1]
@@ -337,6 +350,7 @@ class LogsMixin(JobsMixin):
         step: str | None = None,
         follow: bool = False,
         tail_lines: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[LogRecord]:
         """Log lines of every pod of the job (node-N, launcher, ...), each tagged with its source.
 
@@ -349,7 +363,7 @@ class LogsMixin(JobsMixin):
         ):
             raise ValidationError(f"tail_lines must be a whole number ≥ 0, got {tail_lines!r}.")
         if follow:
-            return LogFollower(self, name, step, tail_lines).records()
+            return LogFollower(self, name, step, tail_lines, stop=stop).records()
         return self._static_records(name, step, tail_lines)
 
     def _static_records(

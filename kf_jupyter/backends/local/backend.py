@@ -16,6 +16,7 @@ import pickle
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -62,6 +63,34 @@ def _time(value: Any) -> datetime | None:
     return datetime.fromtimestamp(float(value), UTC) if value else None
 
 
+_PRIVATE_MARK = ".private-v1"
+
+
+def make_store_private(state_dir: Path) -> None:
+    """The state directory and everything in it owner-only (0700 dirs, 0600 files).
+
+    New files are created that way; a store made by an older version (0755/0644) is tightened
+    once, on first use: group and other bits are removed from everything in it (the owner's
+    own bits, such as a venv's executables, stay).
+    """
+    try:
+        state_dir.chmod(sv.PRIVATE_DIR)
+    except OSError:  # not there yet (made private when created), or not ours: leave it
+        return
+    mark = state_dir / _PRIVATE_MARK
+    if mark.exists():
+        return
+    for root, dirs, files in os.walk(state_dir):
+        for entry in [*dirs, *files]:
+            path = os.path.join(root, entry)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if not stat.S_ISLNK(mode) and mode & 0o077:
+                    os.chmod(path, stat.S_IMODE(mode) & ~0o077)
+    with contextlib.suppress(OSError):
+        os.close(sv.private_open(str(mark)))
+
+
 def _reap_in_background(proc: subprocess.Popen[bytes]) -> None:
     threading.Thread(target=proc.wait, name="kf-jupyter-reaper", daemon=True).start()
 
@@ -73,6 +102,7 @@ class LocalBackend:
 
     def __init__(self, config: LocalBackendConfig | None = None) -> None:
         self.config = config or LocalBackendConfig()
+        self._private = False
 
     # ------------------------------------------------------------------ paths
 
@@ -84,6 +114,9 @@ class LocalBackend:
     @property
     def jobs_dir(self) -> Path:
         """One folder per job."""
+        if not self._private:
+            self._private = True
+            make_store_private(self.state_dir)
         return self.state_dir / "jobs"
 
     def job_dir(self, name: str) -> Path:
@@ -203,8 +236,9 @@ class LocalBackend:
             )
         jd = self.jobs_dir / name
         try:
-            self.jobs_dir.mkdir(parents=True, exist_ok=True)
-            jd.mkdir()
+            self.jobs_dir.mkdir(mode=sv.PRIVATE_DIR, parents=True, exist_ok=True)
+            make_store_private(self.state_dir)
+            jd.mkdir(mode=sv.PRIVATE_DIR)
         except FileExistsError:
             raise ValidationError(
                 f"A local job named {name!r} already exists. Delete it with "
@@ -276,7 +310,7 @@ class LocalBackend:
     ) -> str:
         name = plan.job_name
         for sub in ("logs", "tmp", "work"):
-            (jd / sub).mkdir()
+            (jd / sub).mkdir(mode=sv.PRIVATE_DIR)
         spawn = {
             "job": name,
             "cwd": cwd,
@@ -319,7 +353,8 @@ class LocalBackend:
             },
         )
         sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
-        with open(jd / "supervisor.log", "ab") as out:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        with os.fdopen(sv.private_open(str(jd / "supervisor.log"), flags), "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-I", sv.__file__, str(jd)],
                 stdin=subprocess.DEVNULL,
@@ -469,6 +504,7 @@ class LocalBackend:
         step: str | None = None,
         follow: bool = False,
         tail_lines: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[LogRecord]:
         """Log lines with their source (`rank-N`, `node-0`, `launcher`); follow=True streams."""
         jd = self.job_dir(name)
@@ -481,7 +517,7 @@ class LocalBackend:
                 last[1] = self._is_done(name)
             return bool(last[1])
 
-        return iter_records(str(jd / "logs"), step, follow, tail_lines, is_done=done)
+        return iter_records(str(jd / "logs"), step, follow, tail_lines, is_done=done, stop=stop)
 
     def get_job_logs(
         self,

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -91,7 +92,7 @@ def env_key(python: str, packages: Sequence[str], index_urls: Sequence[str]) -> 
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -128,7 +129,30 @@ def _link_base_site(python: str, env_python: Path, target: Path) -> None:
         for d in _site_dirs(str(env_python))
         if d.startswith(str(target)) and d.endswith("site-packages")
     )
-    Path(env_site, "_kf_jupyter_base.pth").write_text("".join(lines))
+    pth = Path(env_site, "_kf_jupyter_base.pth")
+    pth.write_text("".join(lines))
+    pth.chmod(0o600)
+
+
+def _pip_index_env(index_urls: Sequence[str]) -> dict[str, str]:
+    """PIP_INDEX_URL / PIP_EXTRA_INDEX_URL for these index URLs (first, then the others)."""
+    env: dict[str, str] = {}
+    if index_urls:
+        env["PIP_INDEX_URL"] = index_urls[0]
+    if len(index_urls) > 1:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(index_urls[1:])
+    return env
+
+
+def _owner_only(root: Path) -> None:
+    """Remove group and other permission bits from everything under `root` (links skipped)."""
+    for d, dirs, files in os.walk(root):
+        for entry in [*dirs, *files]:
+            path = os.path.join(d, entry)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if not stat.S_ISLNK(mode) and mode & 0o077:
+                    os.chmod(path, stat.S_IMODE(mode) & ~0o077)
 
 
 _TORCHRUN = '#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n'
@@ -142,6 +166,7 @@ def layered_env(
     Raises PackageInstallError (with the end of pip's log, credentials masked) if pip fails.
     """
     envs_dir.mkdir(parents=True, exist_ok=True)
+    envs_dir.chmod(0o700)  # pip's logs may name the index; only the owner reads the store
     key = env_key(python, packages, index_urls)
     target = envs_dir / key
     env_python = target / "bin" / "python"
@@ -154,15 +179,18 @@ def layered_env(
         if target.exists():
             shutil.rmtree(target)
         log_path = envs_dir / f"{key}.pip.log"
-        with open(log_path, "wb") as log:
+        with os.fdopen(
+            os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb"
+        ) as log:
             venv = subprocess.run(
                 [python, "-m", "venv", "--system-site-packages", "--without-pip", str(target)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                umask=0o077,  # the store is owner-only (docs/local-backend.md)
             )
-            idx: list[str] = []
-            for i, url in enumerate(index_urls):
-                idx += ["--index-url" if i == 0 else "--extra-index-url", url]
+            # Index URLs (maybe with credentials) go to pip through its environment, never its
+            # argv: every local user can read a process's command line.
+            pip_env = {**os.environ, **_pip_index_env(index_urls), "PIP_REQUIRE_VIRTUALENV": "0"}
             pip = None
             if venv.returncode == 0:
                 _link_base_site(python, env_python, target)
@@ -177,12 +205,12 @@ def layered_env(
                         "--disable-pip-version-check",
                         "--no-input",
                         "--no-warn-script-location",
-                        *idx,
                         *packages,
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, "PIP_REQUIRE_VIRTUALENV": "0"},
+                    env=pip_env,
+                    umask=0o077,
                 )
         if venv.returncode != 0 or pip is None or pip.returncode != 0:
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
@@ -197,6 +225,8 @@ def layered_env(
         torchrun = target / "bin" / "torchrun"
         if not torchrun.exists():
             torchrun.write_text(_TORCHRUN.format(python=env_python))
-            torchrun.chmod(0o755)
+            torchrun.chmod(0o700)
+        _owner_only(target)  # venv copies its activate scripts 0644 whatever the umask
         ready.write_text(json.dumps({"packages": sorted(packages)}))
+        ready.chmod(0o600)
     return env_python

@@ -3,21 +3,27 @@
 Sources are the files in `<job>/logs/`: `rank-N.log` (what global rank N printed, written by the
 runner) and `<process>.log` (the launcher process: bash, torchrun, mpirun). Following polls the
 files every 50 ms, reads only complete lines from a kept offset, never loads a whole file, and
-stops once the job has ended and every file is drained.
+stops once the job has ended and every file is drained (or its `stop` event is set). A tail
+reads backwards only the bytes of the lines it returns; following with a tail goes on from the
+exact offset where the tail ended (a line half-written at that moment comes once, whole).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from ...logview import UPDATE, collapse_cr
 from ...types import LogRecord
 
 POLL_SECONDS = 0.05
+UPDATE_BYTES = 65536  # how much of a line being written an update looks at
 CHUNK = 1 << 20
+BLOCK = 1 << 16
 
 _RANK = re.compile(r"rank-(\d+)\.log")
 
@@ -51,63 +57,140 @@ def _decode(raw: bytes) -> str:
     return collapse_cr(text[:-1] if text.endswith("\r") else text)
 
 
-def tail_lines_of(path: str, n: int) -> list[str]:
-    """The last `n` lines of a file, reading backwards in blocks (not the whole file)."""
-    if n <= 0:
-        return []
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        pos = fh.tell()
-        data = b""
-        while pos > 0 and data.count(b"\n") <= n:
-            step = min(65536, pos)
-            pos -= step
-            fh.seek(pos)
-            data = fh.read(step) + data
+def _after_newlines_back(fh: BinaryIO, hi: int, count: int) -> int:
+    """The offset just after the `count`-th newline before offset `hi`, scanning backwards.
+
+    0 if the file holds fewer. Reads each block once, so the cost is the bytes scanned.
+    """
+    pos = hi
+    while pos > 0 and count > 0:
+        step = min(BLOCK, pos)
+        pos -= step
+        fh.seek(pos)
+        block = fh.read(step)
+        found = block.count(b"\n")
+        if found >= count:
+            i = len(block)
+            for _ in range(count):
+                i = block.rfind(b"\n", 0, i)
+            return pos + i + 1
+        count -= found
+    return 0 if count > 0 else hi
+
+
+def _ends_with_newline(fh: BinaryIO, end: int) -> bool:
+    if end <= 0:
+        return False
+    fh.seek(end - 1)
+    return fh.read(1) == b"\n"
+
+
+def _tail_span(fh: BinaryIO, end: int, n: int, whole: bool) -> tuple[int, int]:
+    """(start, cut): the last `n` lines of the first `end` bytes are the bytes [start, cut).
+
+    `whole`: only complete lines count, so `cut` is just after the last newline and the bytes
+    from `cut` on are a line still being written (the follower reads it once it is complete).
+    Otherwise `cut` is `end` and an unterminated last line counts as a line.
+    """
+    cut = _after_newlines_back(fh, end, 1) if whole else end
+    if n <= 0 or cut <= 0:
+        return cut, cut
+    hi = cut - 1 if _ends_with_newline(fh, cut) else cut
+    return _after_newlines_back(fh, hi, n), cut
+
+
+def _split(data: bytes) -> list[str]:
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    return [_decode(x) for x in lines[-n:]]
+    return [_decode(x) for x in lines]
+
+
+def tail_lines_of(path: str, n: int) -> list[str]:
+    """The last `n` lines of a file; time and memory in the bytes of those lines only."""
+    if n <= 0:
+        return []
+    with open(path, "rb") as fh:
+        end = os.fstat(fh.fileno()).st_size
+        start, cut = _tail_span(fh, end, n, whole=False)
+        fh.seek(start)
+        return _split(fh.read(cut - start))[-n:]
 
 
 class _Cursor:
-    """An open log file, its offset and the incomplete last line read so far."""
+    """An open log file, its offset and the incomplete last line read so far.
+
+    The incomplete line is kept as a list of pieces joined once when its newline arrives, so a
+    very long line (a progress bar redrawn with `\\r` for hours) costs its length, not its square.
+    """
 
     def __init__(self, path: str, updates: bool = False) -> None:
         self.fh = open(path, "rb")
-        self.partial = b""
+        self.pieces: list[bytes] = []
         self.updates = updates  # follow: yield `\r` updates of the line being written
         self.shown = ""
 
+    def tail(self, n: int) -> list[str]:
+        """The last `n` complete lines written so far; reading goes on right after them.
+
+        Everything after the last newline (a line still being written) is left for
+        `read_lines`, so every line is delivered once and whole.
+        """
+        end = os.fstat(self.fh.fileno()).st_size
+        start, cut = _tail_span(self.fh, end, n, whole=True)
+        self.fh.seek(start)
+        lines = _split(self.fh.read(cut - start)) if cut > start else []
+        self.fh.seek(cut)
+        return lines
+
     def read_lines(self, final: bool = False) -> list[str]:
+        """The complete lines written since the last call (`final`: the unterminated one too)."""
         out: list[str] = []
         while True:
             chunk = self.fh.read(CHUNK)
             if not chunk:
                 break
-            data = self.partial + chunk
-            lines = data.split(b"\n")
-            self.partial = lines.pop()
-            if lines:
-                self.shown = ""
-            out.extend(_decode(x) for x in lines)
+            last = chunk.rfind(b"\n")
+            if last < 0:
+                self.pieces.append(chunk)
+                continue
+            head = chunk[:last]
+            self.shown = ""
+            if self.pieces:
+                self.pieces.append(head)
+                head = b"".join(self.pieces)
+                self.pieces = []
+            out.extend(_decode(x) for x in head.split(b"\n"))
+            if last + 1 < len(chunk):
+                self.pieces.append(chunk[last + 1 :])
             if len(out) >= 10_000:
                 return out
-        if final and self.partial:
-            out.append(_decode(self.partial))
-            self.partial = b""
-        elif self.updates and b"\r" in self.partial:
+        if final and self.pieces:
+            out.append(_decode(b"".join(self.pieces)))
+            self.pieces = []
+        elif self.updates and self.pieces:
             self._update(out)
         return out
 
     def _update(self, out: list[str]) -> None:
-        """A progress bar still being written: its current state as one `\r` update record."""
-        text = _decode(self.partial)
+        """A progress bar still being written: its current state as one `\r` update record.
+
+        Looks at the end of the line only (at most 64 KiB), however long the bar has run.
+        """
+        tail = b""
+        for piece in reversed(self.pieces):
+            tail = piece + tail
+            if b"\r" in tail.rstrip(b"\r") or len(tail) > UPDATE_BYTES:
+                break
+        if b"\r" not in tail:
+            return  # a long line without carriage returns: it shows when it ends
+        text = _decode(tail[-UPDATE_BYTES:])
         if text and text != self.shown:
             self.shown = text
             out.append(UPDATE + text)
 
     def close(self) -> None:
+        """Close the file."""
         self.fh.close()
 
 
@@ -117,8 +200,13 @@ def iter_records(
     follow: bool = False,
     tail_lines: int | None = None,
     is_done: Callable[[], bool] | None = None,
+    stop: threading.Event | None = None,
 ) -> Iterator[LogRecord]:
-    """Log records of a job folder (see the module docstring); `is_done` says the job ended."""
+    """Log records of a job folder (see the module docstring); `is_done` says the job ended.
+
+    With `follow`, the generator also ends soon after `stop` is set, even while no line comes
+    (a consumer on another thread uses it to give up a silent job's log at once).
+    """
 
     def wanted(source: str) -> bool:
         return step is None or source == step
@@ -149,7 +237,7 @@ def iter_records(
     cursors: dict[str, _Cursor] = {}
     try:
         first = True
-        while True:
+        while stop is None or not stop.is_set():
             done = is_done() if is_done else True
             for source in list_sources(log_dir):
                 if wanted(source) and source not in cursors:
@@ -158,11 +246,10 @@ def iter_records(
                         cur = _Cursor(path, updates=True)
                     except FileNotFoundError:
                         continue
-                    if first and tail_lines is not None:
-                        for line in tail_lines_of(path, tail_lines):
-                            yield LogRecord(source, line)
-                        cur.fh.seek(0, os.SEEK_END)
                     cursors[source] = cur
+                    if first and tail_lines is not None:
+                        for line in cur.tail(tail_lines):
+                            yield LogRecord(source, line)
             first = False
             got = False
             for source in sorted(cursors, key=_sort_key):
@@ -173,7 +260,10 @@ def iter_records(
             if done and not got:
                 return
             if not got:
-                time.sleep(POLL_SECONDS)
+                if stop is None:
+                    time.sleep(POLL_SECONDS)
+                else:
+                    stop.wait(POLL_SECONDS)
     finally:
         for cur in cursors.values():
             cur.close()

@@ -43,6 +43,7 @@ TAIL_LINES = 12
 RESERVE_BYTES = 128 * 1024  # set aside to record the end of a job on a full disk
 LOW_SPACE_BYTES = 64 * 1024  # below this the job folder's filesystem counts as full
 PR_SET_CHILD_SUBREAPER = 36
+JOB_UMASK = -1  # the umask of the job's processes (main() sets it; -1: leave it alone)
 
 CREATED = "Created"
 RUNNING = "Running"
@@ -61,11 +62,21 @@ REASON_LOG_WRITE = "LogWriteFailed"
 # ----------------------------------------------------------------------------- job-folder files
 
 
+#: Modes of everything in the job store: only its owner may read it (issue 13).
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_open(path: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
+    """os.open with mode 0600 (owner-only whatever the umask; the umask only removes bits)."""
+    return os.open(path, flags, PRIVATE_FILE)
+
+
 def atomic_write_json(path: str, data: Any) -> None:
-    """Write JSON to `path` atomically (a temporary file, then os.replace)."""
+    """Write JSON to `path` atomically (a temporary file, then os.replace); owner-only."""
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with os.fdopen(private_open(tmp), "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1, sort_keys=True)
         os.replace(tmp, path)
     except BaseException:
@@ -83,7 +94,7 @@ def read_json(path: str) -> Any:
 @contextlib.contextmanager
 def job_lock(job_dir: str) -> Iterator[None]:
     """An exclusive fcntl lock on the job folder (several writers may update status.json)."""
-    fd = os.open(os.path.join(job_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = private_open(os.path.join(job_dir, ".lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -130,7 +141,7 @@ def append_event(job_dir: str, type_: str, reason: str, message: str, obj: str =
         {"time": time.time(), "type": type_, "reason": reason, "message": message, "object": obj}
     )
     data = (line + "\n").encode("utf-8")
-    fd = os.open(os.path.join(job_dir, "events.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fd = private_open(os.path.join(job_dir, "events.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         written = os.write(fd, data)
         if written < len(data):
@@ -616,6 +627,7 @@ class Supervisor:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
+                    umask=JOB_UMASK,
                 )
             self.procs[item["name"]] = p
             ident = process_identity(p.pid)
@@ -776,6 +788,10 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: supervisor.py JOB_DIR\n")
         return 2
     job_dir = argv[1]
+    # What the supervisor writes (logs, hostfile, work dirs, status) is owner-only; the job's
+    # own processes get back the umask the user started it with (see Supervisor._start).
+    global JOB_UMASK
+    JOB_UMASK = os.umask(0o077)
     sup: Supervisor | None = None
     try:
         sup = Supervisor(job_dir)

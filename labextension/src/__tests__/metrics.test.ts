@@ -1,4 +1,4 @@
-import { chartGeometry, formatMetric, MetricSeries, parseReport } from '../metrics';
+import { chartGeometry, formatMetric, MetricSeries, nonFiniteToNull, parseReport } from '../metrics';
 import { CELL_TEMPLATES, templateFor } from '../templates';
 
 describe('parseReport', () => {
@@ -100,5 +100,61 @@ describe('cell templates', () => {
     }
     expect(templateFor('jaxtrain')!.framework).toBe('jax');
     expect(templateFor('nope')).toBeUndefined();
+  });
+});
+
+describe('report values no number can hold (issue 13)', () => {
+  const P = '##kf-jupyter:report ';
+  const huge = '9'.repeat(400);
+  it('never throws and keeps only finite numbers', () => {
+    const lines = [
+      `${P}{"step": 1, "metrics": {"loss": ${huge}}}`,
+      `${P}{"step": ${huge}, "metrics": {"loss": 1}}`,
+      `${P}{"step": 1, "progress": ${huge}, "metrics": {"loss": NaN}}`,
+      `${P}{"step": 1, "metrics": {"loss": Infinity, "acc": -Infinity}}`,
+      `${P}{"step": 1, "metrics": {"loss": "0.5", "n": true, "o": {"x": 1}, "l": [1]}}`,
+      `${P}{"step": 1e999}`,
+      `${P}${'['.repeat(100000)}`,
+      `${P}{"step": 1, "metrics": {"__proto__": 5, "constructor": 2}}`
+    ];
+    for (const line of lines) {
+      const r = parseReport(line);
+      if (r) {
+        expect(Number.isFinite(r.step)).toBe(true);
+        if (r.progress !== undefined) {
+          expect(Number.isFinite(r.progress)).toBe(true);
+        }
+        for (const v of Object.values(r.metrics)) {
+          expect(Number.isFinite(v)).toBe(true);
+        }
+      }
+    }
+    expect(parseReport(lines[0])).toEqual({ step: 1, metrics: {} });
+    expect(parseReport(lines[1])).toBeNull();
+    expect(parseReport(lines[2])).toEqual({ step: 1, metrics: {} });
+  });
+  it('charts finite extremes with finite coordinates', () => {
+    const g = chartGeometry(
+      [
+        { step: 0, value: -1.7e308 },
+        { step: 1, value: 1.7e308 }
+      ],
+      200,
+      100
+    );
+    expect(g.path).not.toMatch(/NaN|Infinity/);
+    expect(formatMetric(1.7e308)).toBe('1.70e+308');
+  });
+});
+
+describe('nonFiniteToNull', () => {
+  it('replaces the tokens outside strings only', () => {
+    expect(nonFiniteToNull('{"a": NaN, "b": -Infinity, "c": Infinity, "NaN": "x NaN \\" Infinity"}')).toBe(
+      '{"a": null, "b": null, "c": null, "NaN": "x NaN \\" Infinity"}'
+    );
+    expect(parseReport('##kf-jupyter:report {"step": 2, "metrics": {"loss": NaN, "acc": 0.5}}')).toEqual({
+      step: 2,
+      metrics: { acc: 0.5 }
+    });
   });
 });
