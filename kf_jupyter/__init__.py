@@ -34,6 +34,7 @@ from .report import parse_report, report
 from .runtimes import Runtime, resolve_runtime, select_runtime
 from .trainers import BaseTrainer, JAXTrainer, MPITrainer, TorchTrainer, XGBoostTrainer
 from .types import Event, LogRecord, Step, TrainJob
+from .workspace import Workspace
 
 if TYPE_CHECKING:
     from .backends.kubernetes.config import KubernetesBackendConfig
@@ -110,6 +111,7 @@ __all__ = [
     "TrainerNotInstalledError",
     "ValidationError",
     "WaitTimeoutError",
+    "Workspace",
     "XGBoostTrainer",
     "build_launch_plan",
     "build_trainjob",

@@ -146,11 +146,14 @@ def mask_object(obj: Any) -> Any:
 
 @dataclass
 class RuntimeConfig:
-    """Per-job environment: packages to install, pip index URLs and environment variables."""
+    """Per-job environment: packages to install, pip index URLs, environment variables, and the
+    workspace (None/True: the notebook's folder at submit; a path or a `Workspace`; False: none).
+    """
 
     packages_to_install: list[str] | None = None
     pip_index_urls: list[str] | None = None
     env: dict[str, str | SecretRef] | None = field(default=None)
+    workspace: Any = None
 
     def __post_init__(self) -> None:
         if self.packages_to_install is not None:
@@ -173,6 +176,9 @@ class RuntimeConfig:
                 validate_env_name(k)
                 if not isinstance(v, SecretRef):
                     validate_env_value(k, v)
+        from .workspace import resolve
+
+        resolve(self.workspace)  # a clear error now rather than at submit
 
     @property
     def packages(self) -> list[str]:
@@ -191,7 +197,8 @@ class RuntimeConfig:
         urls = [mask_url(u) for u in self.pip_index_urls] if self.pip_index_urls else None
         return (
             f"RuntimeConfig(packages_to_install={self.packages_to_install!r}, "
-            f"pip_index_urls={urls!r}, env={env!r})"
+            f"pip_index_urls={urls!r}, env={env!r}"
+            + (f", workspace={self.workspace!r})" if self.workspace is not None else ")")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,4 +210,7 @@ class RuntimeConfig:
                 k: ({"secret": v.name, "key": v.key} if isinstance(v, SecretRef) else v)
                 for k, v in (self.env or {}).items()
             },
+            "workspace": self.workspace
+            if isinstance(self.workspace, bool | None)
+            else repr(self.workspace),
         }

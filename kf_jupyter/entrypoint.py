@@ -59,6 +59,57 @@ def _kfj_redirect_logs(rank):
     os.close(fd)
 
 
+_KFJ_ARCHIVE = "/var/run/kf-jupyter/workspace/workspace.tar.gz"
+
+
+def _kfj_unpack_workspace(archive):
+    """Unpack the workspace archive once per node (pod); the first process to finish wins."""
+    import hashlib
+    import shutil
+    import tarfile
+    import tempfile
+
+    with open(archive, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()[:16]
+    host = "".join(c for c in os.environ.get("HOSTNAME", "") if c.isalnum() or c in "-.")
+    target = os.path.join(tempfile.gettempdir(), f"kf-jupyter-workspace-{digest}-{host}")
+    if os.path.isdir(target):
+        return target
+    tmp = tempfile.mkdtemp(prefix=".kf-jupyter-workspace-", dir=os.path.dirname(target))
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar.getmembers():
+            name = member.name
+            if not member.isfile() or name.startswith("/") or ".." in name.split("/"):
+                raise RuntimeError(f"kf-jupyter: unsafe path {name!r} in the workspace archive")
+        tar.extractall(tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another rank of this node got there first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _kfj_enter_workspace():
+    """Start in the job's copy of the notebook's folder, with it first on sys.path."""
+    ws = os.environ.get("KF_JUPYTER_WORKSPACE")
+    if not ws:
+        archive = os.environ.get("KF_JUPYTER_WORKSPACE_ARCHIVE") or _KFJ_ARCHIVE
+        if not os.path.isfile(archive):
+            return
+        try:
+            ws = _kfj_unpack_workspace(archive)
+        except OSError as exc:
+            sys.stderr.write(
+                f"kf-jupyter: cannot unpack the notebook's folder (the workspace) from {archive} "
+                f"into a temporary folder ({exc}). Give the container a writable TMPDIR (for "
+                "example --env TMPDIR=/some/writable/dir), or submit with --no-workspace.\n"
+            )
+            raise
+        os.environ["KF_JUPYTER_WORKSPACE"] = ws
+    os.chdir(ws)
+    sys.path.insert(0, ws)
+
+
 def _kfj_jax_setup():
     import jax
 
@@ -124,6 +175,7 @@ def _kfj_main(argv):
     func_file, func_name, args_file, setup = argv[1:5]
     rank = _kfj_rank()
     _kfj_redirect_logs(rank)
+    _kfj_enter_workspace()
     _kfj_install_report_shim()
     with open(func_file, encoding="utf-8", newline="") as fh:
         source = fh.read()

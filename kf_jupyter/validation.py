@@ -62,20 +62,46 @@ def validate_env_value(name: str, value: str) -> str:
     return value
 
 
+def _label_key_problem(key: object) -> str | None:
+    """Say what is wrong with a label/annotation key (Kubernetes qualified name), or None."""
+    if not isinstance(key, str):
+        return f"it is a {type(key).__name__}, not a string"
+    prefix, slash, name = key.partition("/")
+    if not slash:
+        prefix, name = "", key
+    if "/" in name:
+        return "it holds more than one '/'"
+    if slash:
+        if not prefix:
+            return "the prefix before '/' is empty (leave out the '/' or put a domain before it)"
+        if len(prefix) > 253:
+            return f"the prefix before '/' has {len(prefix)} characters (at most 253)"
+        if _DNS_SUBDOMAIN.fullmatch(prefix) is None:
+            return (
+                f"the prefix {prefix!r} is not a DNS-1123 subdomain (lower-case letters, digits, "
+                "'-' and '.', each dot-separated part starting and ending with a letter or digit)"
+            )
+    if not name:
+        return "the name part is empty"
+    if len(name) > 63:
+        return f"the name part has {len(name)} characters (at most 63)"
+    if _LABEL_NAME.fullmatch(name) is None:
+        return (
+            f"the name part {name!r} may hold only letters, digits, '-', '_' and '.', and must "
+            "start and end with a letter or digit"
+        )
+    return None
+
+
 def validate_label_key(key: str) -> str:
-    """Check a label or annotation key: optional DNS-subdomain prefix '/' name (≤ 63)."""
-    prefix, _, name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
-    ok = (
-        isinstance(key, str)
-        and 0 < len(name) <= 63
-        and _LABEL_NAME.fullmatch(name) is not None
-        and (not prefix or (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix) is not None))
-    )
-    if not ok:
+    """Check a label or annotation key: a Kubernetes qualified name, `[prefix/]name`."""
+    problem = _label_key_problem(key)
+    if problem is not None:
         raise ValidationError(
-            f"Invalid label or annotation key {key!r}: a key is an optional DNS-subdomain prefix "
-            "and '/', then a name of at most 63 characters of letters, digits, '-', '_' and '.', "
-            "starting and ending with a letter or digit (for example 'example.com/team')."
+            f"Invalid label or annotation key {key!r}: {problem}. A key is a name of at most 63 "
+            "characters of letters, digits, '-', '_' and '.', starting and ending with a letter "
+            "or digit, optionally preceded by a DNS-1123 subdomain prefix of at most 253 "
+            "characters and '/' (for example 'team' or 'example.com/team'). Rename the key."
         )
     return key
 

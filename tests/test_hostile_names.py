@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from kf_jupyter import MPITrainer, RuntimeConfig, TorchTrainer, ValidationError, program
@@ -103,6 +103,8 @@ label_values = st.one_of(hostile_text, st.from_regex(_LABEL_VALUE, fullmatch=Tru
 )
 @MANY
 @given(key=label_keys, value=label_values, note=hostile_text)
+@example(key="/0", value="v", note="n")
+@example(key="a//b", value="v", note="n")
 def test_labels_and_annotations(key: str, value: str, note: str) -> None:
     key_ok, value_ok = _key_ok(key), bool(_LABEL_VALUE.fullmatch(value))
     try:
@@ -124,6 +126,42 @@ def test_labels_and_annotations(key: str, value: str, note: str) -> None:
         assert meta["labels"][key] == value
     if notes:
         assert meta["annotations"][key] == note
+
+
+BAD_KEYS = {
+    "/0": "prefix before '/' is empty",
+    "/": "prefix before '/' is empty",
+    "example.com/": "name part is empty",
+    "a/b/c": "more than one '/'",
+    "Example.com/team": "not a DNS-1123 subdomain",
+    "example..com/team": "not a DNS-1123 subdomain",
+    "-team": "must start and end",
+    "team.": "must start and end",
+    "x" * 64: "64 characters (at most 63)",
+    "a" * 254 + "/team": "254 characters (at most 253)",
+    "team\n": "may hold only",
+}
+
+
+@pytest.mark.parametrize("key", list(BAD_KEYS), ids=lambda k: repr(k)[:30])
+def test_invalid_label_keys_are_refused_saying_why(key: str) -> None:
+    """Kubernetes refuses these keys; so do Labels, Annotations and the node-selector form."""
+    for option in (Labels, Annotations):
+        with pytest.raises(ValidationError) as info:
+            option({key: "v"})
+        text = str(info.value)
+        assert BAD_KEYS[key] in text, text
+        assert "Rename the key" in text and "example.com/team" in text
+
+
+@pytest.mark.parametrize(
+    "key", ["team", "a", "example.com/team", "a.b-c/X_y.z-9", "a" * 253 + "/" + "b" * 63]
+)
+def test_valid_label_keys_land_in_metadata(key: str) -> None:
+    meta = build_trainjob(
+        TorchTrainer(func=train), RUNTIME, options=[Labels({key: "v"}), Annotations({key: "n"})]
+    )["metadata"]
+    assert meta["labels"][key] == "v" and meta["annotations"][key] == "n"
 
 
 env_names = st.one_of(hostile_text, st.from_regex(_ENV, fullmatch=True))

@@ -51,6 +51,10 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("KFJ_CANARY_TOKEN", TOKEN)  # where the local backend resolves the SecretRef
     RecordingComm.sent = []
     monkeypatch.setattr(comm, "create_comm", lambda *a, **k: RecordingComm(*a, **k))
+    # the notebook's folder (shipped as the workspace): not this repository, whose test files
+    # hold the canaries themselves
+    (tmp_path / "notebook").mkdir()
+    monkeypatch.chdir(tmp_path / "notebook")
     return tmp_path
 
 

@@ -134,7 +134,8 @@ def test_env_order_and_cwd(client, tmp_path, monkeypatch):
         "JAX_PROCESS_ID": "0",
         "JAX_NUM_PROCESSES": "1",
         "KFJ_T_SECRET": "s3cr3t",
-        "cwd": str(work),
+        # ranks start in the job's snapshot of the kernel's working folder (the workspace)
+        "cwd": str(client.backend.jobs_dir / name / "workspace"),
     }
     assert os.getcwd() == str(work)
     # The secret's value is in none of the files the backend writes (only in what the job returned).

@@ -141,7 +141,7 @@ def test_dry_run_kubernetes_manifest_validates_against_crd(shell, capsys):
     assert result.success, out + err
     assert "s3cret" not in out + err
     assert "command:\n    - bash\n    - -c\n    - |" in out  # readable block style
-    manifest = yaml.safe_load(out)
+    manifest = next(yaml.safe_load_all(out))  # then the workspace ConfigMap
     assert manifest["kind"] == "TrainJob" and manifest["metadata"]["name"] == "mnist-ddp"
     assert manifest["spec"]["trainer"]["numNodes"] == 2
     assert manifest["spec"]["trainer"]["env"] == [
@@ -276,7 +276,7 @@ def test_forms_passed_as_config_and_options(shell, capsys):
         "print(1)\n",
     )
     assert result.success, out + err
-    manifest = yaml.safe_load(out)
+    manifest = next(yaml.safe_load_all(out))  # then the workspace ConfigMap
     assert manifest["spec"]["trainer"]["env"] == [
         {"name": "MODE", "value": "fast"},
         {"name": "B", "value": "2"},
@@ -311,7 +311,7 @@ def test_dry_run_against_a_real_api_server_uses_discovered_runtime(
     )
     assert result.success, out + err
     assert "cannot be reached" not in err
-    manifest = yaml.safe_load(out)
+    manifest = next(yaml.safe_load_all(out))  # then the workspace ConfigMap
     assert manifest["spec"]["runtimeRef"]["name"] == "jax-distributed"
     assert manifest["metadata"]["namespace"] == k8s_namespace
     assert_valid_trainjob(manifest)

@@ -89,9 +89,13 @@ def test_notebook_torch_cell_monitor_result_dryrun_freenames_syntax(state_dir, t
     assert progress and progress[0]["value"] == pytest.approx(1.0)
     assert any("data-metric='loss'" in str(v) for v in values)
     assert _text(nb.cells[3]).strip() == "Complete {'lr': 0.25, 'world': 2}"
-    manifest = yaml.safe_load(
-        "".join(
-            o.text for o in nb.cells[4].outputs if o.output_type == "stream" and o.name == "stdout"
+    manifest = next(  # the TrainJob, then the workspace ConfigMap
+        yaml.safe_load_all(
+            "".join(
+                o.text
+                for o in nb.cells[4].outputs
+                if o.output_type == "stream" and o.name == "stdout"
+            )
         )
     )
     assert manifest["metadata"]["name"] == "nb-dry"

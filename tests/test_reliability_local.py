@@ -396,8 +396,11 @@ def test_kernel_killed_while_ranks_run(client, tmp_path, record_property):
 
 
 @pytest.fixture
-def tiny_fs(tmp_path: Path) -> Path:
+def tiny_fs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A 1 MiB tmpfs (a real filesystem that fills up); skipped where mounting is not allowed."""
+    # The notebook's folder, which each job copies as its workspace: not this repository (1 MiB).
+    (tmp_path / "notebook").mkdir()
+    monkeypatch.chdir(tmp_path / "notebook")
     mnt = tmp_path / "tiny"
     mnt.mkdir()
     done = subprocess.run(

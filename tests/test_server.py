@@ -206,6 +206,27 @@ def test_runtimes_by_framework(fetch: Callable) -> None:
     assert {"name", "image", "num_nodes", "num_proc_per_node"} <= set(torch[0])
 
 
+def test_runtimes_say_which_cannot_run_locally_and_why(
+    fetch: Callable, kernel_client: TrainerClient
+) -> None:
+    """torchtune runtimes are listed but marked, with the very reason `train` refuses them."""
+    from kf_jupyter import TorchTrainer, ValidationError
+
+    runtimes = body(fetch(API, "runtimes", params={"backend": "local"}))["runtimes"]
+    by_name = {r["name"]: r for r in runtimes}
+    assert by_name["torch-distributed"]["runs_here"] is True
+    assert by_name["torch-distributed"]["unsupported_reason"] is None
+    tunes = [r for r in runtimes if r["framework"] == "torchtune"]
+    assert tunes, sorted(by_name)
+    for r in tunes:
+        assert r["runs_here"] is False
+        with pytest.raises(ValidationError) as refused:
+            kernel_client.train(TorchTrainer(func=hello), runtime=r["name"])
+        assert r["unsupported_reason"] == str(refused.value)
+        assert "cluster" in r["unsupported_reason"]
+    assert all(r["runs_here"] for r in runtimes if r["framework"] != "torchtune")
+
+
 def test_jobs_from_a_kernel_appear(fetch: Callable, done_job: str) -> None:
     jobs = body(fetch(API, "jobs"))["jobs"]
     job = next(j for j in jobs if j["name"] == done_job)

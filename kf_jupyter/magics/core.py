@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -103,6 +104,9 @@ def _training_args(framework: str) -> Any:
         ma.argument("--args", default=None, help="notebook variables passed, e.g. lr,epochs"),
         ma.argument("--config", default=None, help="variable: a RuntimeConfig or its form"),
         ma.argument("--options", default=None, help="variable: a list of options or the form"),
+        ma.argument("--workspace", default=None, help="folder shipped (default: the cwd)"),
+        ma.argument("--no-workspace", action="store_true", help="ship no folder"),
+        ma.argument("--workspace-limit", default=None, help="e.g. 16MiB (default 4MiB)"),
     ]
     if framework == "torch":
         decorators.append(ma.argument("--max-restarts", type=int, default=None))
@@ -122,6 +126,26 @@ def _training_args(framework: str) -> Any:
     return apply
 
 
+def _with_workspace(rc: RuntimeConfig | None, args: Any) -> RuntimeConfig | None:
+    """The RuntimeConfig with --workspace / --no-workspace / --workspace-limit applied."""
+    import dataclasses
+
+    from ..workspace import Workspace, parse_size, resolve
+
+    if args.no_workspace and (args.workspace or args.workspace_limit):
+        raise ValidationError("--no-workspace cannot be combined with --workspace options.")
+    if args.no_workspace:
+        return dataclasses.replace(rc or RuntimeConfig(), workspace=False)
+    if not (args.workspace or args.workspace_limit):
+        return rc
+    ws = resolve(rc.workspace if rc else None) or Workspace()
+    if args.workspace:
+        ws = dataclasses.replace(ws, path=os.path.expanduser(args.workspace))
+    if args.workspace_limit:
+        ws = dataclasses.replace(ws, max_bytes=parse_size(args.workspace_limit))
+    return dataclasses.replace(rc or RuntimeConfig(), workspace=ws)
+
+
 def _parse_kv(text: str, what: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -138,6 +162,19 @@ def _resources(text: str | None) -> dict[str, str] | None:
             k, v = _parse_kv(part.strip(), "--resources")
             out[k] = v.strip()
     return out
+
+
+def _workspace_preview(plan: dict[str, Any]) -> str:
+    """The workspace part of a dry run: what ships, as YAML comments."""
+    ws = plan["workspace"]
+    lines = [
+        f"# workspace: {ws['folder']} -> {ws['file_count']} files, {ws['size']} "
+        f"(limit {ws['limit']}); every rank starts in a copy of it",
+        *(f"#   {f}" for f in ws["files"]),
+    ]
+    if ws.get("skipped"):
+        lines.append("# skipped: " + ", ".join(ws["skipped"]))
+    return "\n".join(lines) + "\n"
 
 
 @magics_class
@@ -369,7 +406,7 @@ class KubeflowMagics(Magics):
 
     def _train(self, framework: str, args: Any, cell: str) -> None:
         trainer = self._trainer(framework, args, cell)
-        rc = self._runtime_config(args)
+        rc = _with_workspace(self._runtime_config(args), args)
         options = self._options(args)
         backend = args.backend or self.backend
         if args.dry_run:
@@ -405,16 +442,28 @@ class KubeflowMagics(Magics):
                 name=rt_name, framework=trainer.framework, ml_policy=trainer.policy
             )
             plan = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
+            from ..backends.kubernetes.workspace import prepare
+
+            carrier = prepare(plan, trainer, rc, os.getcwd())
+            if carrier is not None:
+                ns = args.namespace or self.namespace
+                plan = {"trainjob": plan, "namespace": ns, **carrier.preview()}
             why = str(exc).split(". ")[0] if isinstance(exc, KFJupyterError) else "not available"
             print(
                 f"kf-jupyter: the cluster cannot be reached ({why}); this manifest uses runtime "
                 f"{rt_name!r} without checking that it exists.",
                 file=sys.stderr,
             )
+        extra = ""
+        if isinstance(plan, dict) and isinstance(plan.get("workspace"), dict):
+            extra = _workspace_preview(plan)
         if isinstance(plan, dict) and isinstance(plan.get("trainjob"), dict):
             # The Kubernetes backend wraps the manifest; print the TrainJob itself, ready for
             # `kubectl apply -f`, with its namespace.
             namespace = plan.get("namespace")
+            if namespace and isinstance(plan.get("configmap"), dict):
+                plan["configmap"]["metadata"].setdefault("namespace", namespace)
+            extra += f"---\n{to_yaml(plan['configmap'])}" if plan.get("configmap") else ""
             plan = plan["trainjob"]
             if namespace:
                 plan.setdefault("metadata", {}).setdefault("namespace", namespace)
@@ -423,6 +472,8 @@ class KubeflowMagics(Magics):
                 "namespace", args.namespace or self.namespace
             )
         print(to_yaml(plan), end="")
+        if extra:
+            print(extra, end="")
 
     # -- following a job -------------------------------------------------------------------------
 

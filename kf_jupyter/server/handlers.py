@@ -198,7 +198,18 @@ class RuntimesHandler(KFHandler):
         except Exception as exc:
             self.send_error_json(exc)
             return
-        self.finish(json.dumps({"runtimes": [r.to_dict() for r in runtimes]}))
+        backend, _ = self.target()
+        self.finish(json.dumps({"runtimes": [_runtime_entry(backend, r) for r in runtimes]}))
+
+
+def _runtime_entry(backend: str, rt: Any) -> dict[str, Any]:
+    """A runtime's JSON, with `runs_here` and `unsupported_reason` (why this backend cannot)."""
+    reason = None
+    if backend == "local":
+        from ..backends.local.runtimes import unsupported_reason
+
+        reason = unsupported_reason(rt)
+    return {**rt.to_dict(), "runs_here": reason is None, "unsupported_reason": reason}
 
 
 class JobsHandler(KFHandler):

@@ -55,6 +55,10 @@ export interface IRuntime {
   image?: string | null;
   num_nodes?: number | null;
   deprecated?: boolean;
+  /** False when this backend cannot run the runtime (e.g. torchtune on local). */
+  runs_here?: boolean;
+  /** Why this backend cannot run it (the error `train` would give), else null. */
+  unsupported_reason?: string | null;
 }
 
 export interface IBackendInfo {

@@ -16,7 +16,6 @@ import {
   filterJobs,
   formatAge,
   formatNodes,
-  groupRuntimes,
   IBackendInfo,
   IJob,
   IRuntime,
@@ -24,6 +23,7 @@ import {
   statusKey
 } from './jobs';
 import { Poller } from './poller';
+import { runtimeGroups } from './runtimelist';
 
 export interface IOpenJobArgs extends api.ITarget {
   name: string;
@@ -352,32 +352,7 @@ export class TrainerSidebar extends Widget {
 
   private _renderRuntimes(runtimes: IRuntime[]): void {
     this._runtimes.textContent = '';
-    const groups = groupRuntimes(runtimes);
-    if (!groups.length) {
-      this._runtimes.append(h('div', { className: 'kf-empty' }, 'No runtimes found.'));
-      return;
-    }
-    for (const g of groups) {
-      const list = h('ul', { className: 'kf-runtime-list' });
-      for (const r of g.runtimes) {
-        list.append(
-          h(
-            'li',
-            { className: `kf-runtime${r.deprecated ? ' kf-deprecated' : ''}`, tabindex: '0' },
-            h('span', { className: 'kf-runtime-name' }, r.name + (r.deprecated ? ' (deprecated)' : '')),
-            h('span', { className: 'kf-runtime-nodes', title: 'nodes' }, `${r.num_nodes ?? '-'} node${r.num_nodes === 1 ? '' : 's'}`),
-            h('span', { className: 'kf-runtime-image', title: r.image ?? '' }, r.image ?? '')
-          )
-        );
-      }
-      const details = h(
-        'details',
-        { className: 'kf-runtime-group', open: true },
-        h('summary', {}, `${g.framework} (${g.runtimes.length})`),
-        list
-      );
-      this._runtimes.append(details);
-    }
+    this._runtimes.append(...runtimeGroups(runtimes));
   }
 
   private async _confirmDelete(name: string): Promise<void> {

@@ -15,6 +15,7 @@ _TEAM_RULES = [
         "verbs": ["get", "list", "watch"],
     },
     {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": ["*"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]},  # workspaces
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["*"]},
 ]
 _CLUSTER_RULES = [

@@ -11,9 +11,15 @@ runs each pod's command as a local subprocess, reports pod phases and the TrainJ
 ``/containerLogs/NS/POD/CONTAINER`` (``follow``, ``tailLines``) over HTTPS as a kubelet would, so
 ``GET .../pods/NAME/log`` goes through the real API server.
 
+Volumes: the ``volumes`` / ``volumeMounts`` (container ``node``) of the TrainJob's runtimePatches
+are put on the Pods, and configMap volumes are materialised as a kubelet would (a file per key,
+``binaryData`` decoded; a missing ConfigMap keeps the pod Pending with ``FailedMount`` until it
+exists); as garbage collector it also deletes the ConfigMaps a deleted TrainJob owns.
+
 The one deliberate deviation (there is no cluster DNS): in the *process* environment, command
 and args, the master host ``<job>-node-0-0.<job>`` becomes ``127.0.0.1`` and port 29500 becomes
-a free port per job (``/etc/mpi/hostfile`` becomes a local file, all slots on ``localhost``).
+a free port per job (``/etc/mpi/hostfile`` becomes a local file, all slots on ``localhost``; a volume's mountPath
+becomes the folder its files were written to).
 The Pod objects keep the real values. Not modelled: initializer steps, restarts, suspend of
 running jobs, activeDeadlineSeconds, pod deletion by users, log timestamps.
 """
@@ -69,6 +75,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 class _ConfigError(Exception):
     """A pod's env cannot be resolved (kubelet: CreateContainerConfigError)."""
+
+
+class _MountError(Exception):
+    """A pod's volume cannot be mounted yet (kubelet: FailedMount, pod stays Pending)."""
 
 
 @dataclass
@@ -305,6 +315,7 @@ class StandIn:
                 except ApiException as e:
                     if e.status != 404:
                         log.warning("deleting pod %s: %s", pod.name, e)
+            self._collect_owned_configmaps(job)
         fins = (tj or {}).get("metadata", {}).get("finalizers") or []
         gc = {"foregroundDeletion", "orphan"}
         if tj is not None and any(f in gc for f in fins):
@@ -323,6 +334,24 @@ class StandIn:
             except ApiException as e:
                 if e.status != 404:
                     log.warning("dropping finalizers of %s: %s", meta["name"], e)
+
+    def _collect_owned_configmaps(self, job: JobRun) -> None:
+        """Garbage collector: delete the ConfigMaps whose ownerReferences name this TrainJob."""
+        try:
+            cms = self._retry(self.core.list_namespaced_config_map, job.namespace).items
+        except ApiException as e:
+            log.warning("listing configmaps of %s: %s", job.name, e)
+            return
+        for cm in cms:
+            owners = cm.metadata.owner_references or []
+            if any(o.uid == job.uid and o.kind == "TrainJob" for o in owners):
+                try:
+                    self._retry(
+                        self.core.delete_namespaced_config_map, cm.metadata.name, job.namespace
+                    )
+                except ApiException as e:
+                    if e.status != 404:
+                        log.warning("deleting configmap %s: %s", cm.metadata.name, e)
 
     def _kill(self, job: JobRun, grace: float = 5.0) -> None:
         procs = [p.proc for p in job.pods if p.proc is not None and p.proc.poll() is None]
@@ -478,6 +507,11 @@ class StandIn:
                     }
                 ],
             }
+            volumes, mounts = _patch_pod_volumes(tj, rjob)
+            if volumes:
+                spec["volumes"] = volumes
+            if mounts:
+                spec["containers"][0]["volumeMounts"] = mounts
             if len(pod_name) <= 63:
                 spec["hostname"] = pod_name
             body = {
@@ -570,10 +604,60 @@ class StandIn:
             )
             self._retry(self.core.create_namespaced_pod, pod.namespace, pod.body)
 
+    def _mount_volumes(self, pod: PodRun) -> dict[str, str]:
+        """kubelet: write each configMap volume's files into the pod's folder; mountPath -> dir.
+
+        A missing ConfigMap keeps the pod Pending (ContainerCreating, event FailedMount) until it
+        appears, as a kubelet does. Mount paths are remapped to these folders in the process's
+        argv and env (the same deviation as for the hostfile).
+        """
+        spec = pod.body["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        out: dict[str, str] = {}
+        for m in spec["containers"][0].get("volumeMounts") or []:
+            vol = volumes.get(m["name"], {})
+            ref = vol.get("configMap")
+            if ref is None:
+                continue
+            try:
+                cm = self._retry(self.core.read_namespaced_config_map, ref["name"], pod.namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                raise _MountError(
+                    f'MountVolume.SetUp failed for volume "{m["name"]}" : configmap '
+                    f'"{ref["name"]}" not found'
+                ) from None
+            files: dict[str, bytes] = {k: v.encode() for k, v in (cm.data or {}).items()}
+            files.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
+            target = pod.cwd / "volumes" / m["name"]
+            shutil.rmtree(target, ignore_errors=True)
+            items = ref.get("items") or [{"key": k, "path": k} for k in files]
+            for item in items:
+                path = target / item["path"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(files[item["key"]])
+            out[m["mountPath"]] = str(target)
+        return out
+
     def _start_pod(self, pod: PodRun) -> None:
         c = pod.body["spec"]["containers"][0]
         try:
-            env = self._resolve_env(pod, c.get("env", []))
+            mounts = self._mount_volumes(pod)
+        except _MountError as e:
+            if pod.waiting != str(e):
+                pod.waiting = str(e)
+                self._pod_status(pod, "Pending", {"waiting": {"reason": "ContainerCreating"}})
+                self._event(pod.body, "Warning", "FailedMount", str(e))
+            return
+
+        def remap(text: str) -> str:
+            for mount_path, local in mounts.items():
+                text = text.replace(mount_path, local)
+            return text
+
+        try:
+            env = {k: remap(v) for k, v in self._resolve_env(pod, c.get("env", [])).items()}
         except _ConfigError as e:
             if pod.waiting != str(e):
                 pod.waiting = str(e)
@@ -589,6 +673,8 @@ class StandIn:
         if pod.argv:
             penv = {**os.environ, "PATH": f"{self._bin_dir}:{os.environ.get('PATH', '')}"}
             penv["HOSTNAME"] = pod.body["spec"].get("hostname", pod.name)
+            (pod.cwd / "tmp").mkdir(exist_ok=True)
+            penv["TMPDIR"] = str(pod.cwd / "tmp")  # a container's own /tmp
             penv.update(env)
             # What a kubelet mounts at terminationMessagePath (/dev/termination-log).
             (pod.cwd / "termination-log").write_text("")
@@ -598,7 +684,7 @@ class StandIn:
             with pod.log_path.open("ab") as out:
                 try:
                     pod.proc = subprocess.Popen(
-                        pod.argv,
+                        [remap(a) for a in pod.argv],
                         cwd=pod.cwd,
                         env=penv,
                         stdin=subprocess.DEVNULL,
@@ -850,6 +936,25 @@ def _gpus(resources: dict[str, Any]) -> int:
         if q is not None:
             return int(q)
     return 0
+
+
+def _patch_pod_volumes(
+    tj: dict[str, Any], rjob: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, volumeMounts of container node) the TrainJob's runtimePatches add to `rjob`."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for patch in tj["spec"].get("runtimePatches") or []:
+        spec = patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {})
+        for rj in spec.get("replicatedJobs") or []:
+            if rj.get("name") == rjob:
+                pod_spec = rj.get("template", {}).get("spec", {}).get("template", {})
+                pod_spec = pod_spec.get("spec") or {}
+                volumes += pod_spec.get("volumes") or []
+                for c in pod_spec.get("containers") or []:
+                    if c.get("name") == "node":
+                        mounts += c.get("volumeMounts") or []
+    return volumes, mounts
 
 
 def _patch_pod_labels(tj: dict[str, Any], rjob: str) -> dict[str, str]:

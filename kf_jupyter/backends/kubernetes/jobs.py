@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -30,6 +31,7 @@ from ...runtimes import Runtime
 from ...trainers import BaseTrainer
 from ...types import COMPLETE, FAILED, STATUSES, TERMINAL, TrainJob
 from ..base import StatusCallback, resolve_runtime_arg
+from . import workspace
 from .api import REQUEST_TIMEOUT
 from .errors import Where
 from .pods import POD_SELECTOR, newest_pods, pod_selector, pod_step
@@ -63,9 +65,13 @@ class JobsMixin(RuntimesMixin):
     ) -> dict[str, Any]:
         """The TrainJob `train` would create (runtime resolved on the cluster), creating nothing."""
         job = self._build(trainer, runtime, runtime_config, options)
+        carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         # A preview is printed and shown: credentials in index URLs are masked (train() sends
         # the real ones).
-        return mask_object({"backend": self.name, "namespace": self.namespace, "trainjob": job})
+        return mask_object(
+            {"backend": self.name, "namespace": self.namespace, "trainjob": job}
+            | (carrier.preview() if carrier else {})
+        )
 
     def train(
         self,
@@ -76,8 +82,9 @@ class JobsMixin(RuntimesMixin):
     ) -> str:
         """Create the TrainJob; return its name."""
         job = self._build(trainer, runtime, runtime_config, options)
+        carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         name = job["metadata"]["name"]
-        self._json(
+        created = self._json(
             Where("create", TRAINJOB_PLURAL, self.namespace, name),
             self.custom.create_namespaced_custom_object,
             GROUP,
@@ -86,6 +93,7 @@ class JobsMixin(RuntimesMixin):
             TRAINJOB_PLURAL,
             job,
         )
+        workspace.ship(self, created, carrier)
         log.info("created TrainJob %s/%s", self.namespace, name)
         return str(name)
 

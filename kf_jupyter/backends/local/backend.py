@@ -39,6 +39,8 @@ from ...failure import failure_from_dict
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
 from ...types import COMPLETE, CREATED, FAILED, RUNNING, TERMINAL, Event, LogRecord, Step, TrainJob
+from ...workspace import ENV_DIR as WS_ENV_DIR
+from ...workspace import copy_into, snapshot_for
 from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
 from . import supervisor as sv
 from .config import LocalBackendConfig
@@ -181,8 +183,12 @@ class LocalBackend:
     ) -> dict[str, Any]:
         """The manifest and the local launch plan train() would use; nothing is started."""
         manifest, plan, _, _ = self._prepare(trainer, runtime, runtime_config, options)
+        snap = snapshot_for(trainer, runtime_config, self._cwd(), [self.state_dir])
         # A preview is printed and shown: credentials in index URLs are masked.
-        return mask_object({"backend": self.name, "trainjob": manifest, "plan": plan.to_dict()})
+        return mask_object(
+            {"backend": self.name, "trainjob": manifest, "plan": plan.to_dict()}
+            | ({"workspace": snap.summary()} if snap else {})
+        )
 
     @staticmethod
     def _check_secrets(plan: LaunchPlan) -> None:
@@ -227,13 +233,14 @@ class LocalBackend:
         manifest, plan, rt, _ = self._prepare(trainer, runtime, runtime_config, options)
         name = manifest["metadata"]["name"]
         self._check_secrets(plan)
-        python, provided = self._job_python(runtime_config)
-        cwd = str(Path(self.config.cwd).expanduser()) if self.config.cwd else os.getcwd()
+        cwd = self._cwd()
         if not os.path.isdir(cwd):
             raise ValidationError(
                 f"The working directory {cwd!r} for the job does not exist; set "
                 "LocalBackendConfig(cwd=...) to an existing directory."
             )
+        snap = snapshot_for(trainer, runtime_config, cwd, [self.state_dir])
+        python, provided = self._job_python(runtime_config)
         jd = self.jobs_dir / name
         try:
             self.jobs_dir.mkdir(mode=sv.PRIVATE_DIR, parents=True, exist_ok=True)
@@ -249,6 +256,9 @@ class LocalBackend:
                 raise self._disk_full(exc) from None
             raise
         try:
+            if snap is not None:  # taken now: a file edited later does not change the job
+                copy_into(snap, jd / "workspace")
+                cwd = str(jd / "workspace")
             return self._launch(jd, manifest, plan, rt, python, provided, cwd, trainer)
         except OSError as exc:
             shutil.rmtree(jd, ignore_errors=True)
@@ -258,6 +268,9 @@ class LocalBackend:
         except BaseException:
             shutil.rmtree(jd, ignore_errors=True)
             raise
+
+    def _cwd(self) -> str:
+        return str(Path(self.config.cwd).expanduser()) if self.config.cwd else os.getcwd()
 
     def _disk_full(
         self, exc: OSError, what: str = "the job could not be written to"
@@ -295,6 +308,8 @@ class LocalBackend:
         )
         if provided:
             env["KF_JUPYTER_SKIP_INSTALL"] = "1"
+        if (jd / "workspace").is_dir():
+            env[WS_ENV_DIR] = str(jd / "workspace")
         return env
 
     def _launch(

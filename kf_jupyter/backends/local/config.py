@@ -22,7 +22,9 @@ class LocalBackendConfig:
     """Run every rank as a local subprocess.
 
     state_dir: where jobs live (one folder per job); shared by every kernel and the server.
-    cwd: working directory of the processes (default: the caller's at train() time).
+    cwd: the folder a job ships as its workspace, copied into the job folder where every rank
+        starts (default: the caller's working directory at train() time; with
+        RuntimeConfig(workspace=False) the processes run in this folder itself).
     python: interpreter whose environment jobs use (default: the kernel's, sys.executable).
     """
 
