@@ -78,7 +78,21 @@ def test_notebook_torch_cell_monitor_result_dryrun_freenames_syntax(state_dir, t
     train = nb.cells[2]
     # No stray outputs: the training cell shows the monitor and nothing else.
     assert [o.output_type for o in train.outputs] == ["display_data"], train.outputs
-    assert "application/vnd.jupyter.widget-view+json" in train.outputs[0].data
+    # When the job ended the live monitor was replaced by its static rendering: plain HTML and
+    # text that a saved notebook shows anywhere (no widget, no live MIME type, no JS).
+    data = train.outputs[0].data
+    assert set(data) == {"text/html", "text/plain"}, set(data)
+    static = data["text/html"]
+    assert "kf-monitor-static" in static and "data-status='Complete'" in static
+    assert "step 3 rank 0" in static and "step 3 rank 1" in static
+    assert "data:image/svg+xml;base64," in static and "alt='loss: " in static
+    assert "width:100%" in static
+    assert "##kf-jupyter" not in static and "<script" not in static
+    assert data["text/plain"].startswith("Job ") and ": Complete" in data["text/plain"]
+    from nbconvert import HTMLExporter
+
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert "kf-monitor-static" in page and "VBox(children=" not in page
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     values = [m["state"].get("value", "") for m in state.values() if m["model_name"] == "HTMLModel"]
     log = next(v for v in values if "kf-log" in str(v))
@@ -161,3 +175,68 @@ def test_notebook_interrupt_leaves_job_running_and_says_how_to_reattach(
     assert "Traceback" not in out
     assert _text(nb.cells[2]).strip() == "Running"
     assert local.get_job(name).status == "Running"
+
+
+def test_cancel_from_outside_ends_the_cell_short_and_kf_monitor_reattaches(state_dir, tmp_path):
+    """What the lab's live monitor does, seen from the kernel: a Cancel through the backend while
+    the cell waits ends the cell with one line and a static "Cancelled" rendering; %kf_monitor
+    shows a running job live and an ended one statically."""
+    loop = (
+        "import os, time\nfor i in range(3000):\n"
+        "    print('tick', i, os.environ['RANK'], flush=True)\n    time.sleep(0.1)\n"
+    )
+    nb = _nb(
+        "%load_ext kf_jupyter",
+        ("%%torchtrain -n 1 -p 2 --name nb-cancel\n" + loop, ["raises-exception"]),
+        "%%torchtrain -n 1 -p 1 --name nb-later --no-wait\n" + loop,
+        "%kf_monitor nb-later",
+        "from kf_jupyter import LocalBackendConfig, TrainerClient\n"
+        "from kf_jupyter.widgets.monitor import cancel_if_running\n"
+        "print(cancel_if_running(TrainerClient(LocalBackendConfig()), 'nb-later')[0])",
+        "%kf_monitor nb-later",
+    )
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    local = TrainerClient(LocalBackendConfig(state_dir=state_dir))
+
+    def cancel_when_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if any("tick 3" in ln for ln in local.get_job_logs("nb-cancel")):
+                    break
+            except Exception:
+                pass
+            time.sleep(0.2)
+        local.backend.cancel_job("nb-cancel")  # what POST jobs/nb-cancel/cancel does
+
+    with client.setup_kernel():
+        client.execute_cell(nb.cells[0], 0)
+        t = threading.Thread(target=cancel_when_running, daemon=True)
+        t.start()
+        client.execute_cell(nb.cells[1], 1)
+        t.join(timeout=130)
+        for i in range(2, 6):
+            client.execute_cell(nb.cells[i], i)
+    cancelled = nb.cells[1]
+    errors = [o for o in cancelled.outputs if o.output_type == "error"]
+    assert len(errors) == 1 and errors[0].evalue == (
+        "Job nb-cancel was cancelled; its processes were stopped."
+    )
+    assert errors[0].traceback == [
+        "\x1b[31mkf-jupyter:\x1b[0m Job nb-cancel was cancelled; its processes were stopped."
+    ]
+    static = next(o for o in cancelled.outputs if o.output_type == "display_data").data
+    assert "kf-status-cancelled" in static["text/html"]
+    assert "SignalException" not in static["text/html"] + static["text/plain"]
+    assert local.get_job("nb-cancel").reason == "Cancelled"
+    # %kf_monitor on a running job: the live bundle (MIME type + widget), the cell returns
+    live = nb.cells[3].outputs[0].data
+    assert live["application/vnd.kf-jupyter.job+json"]["name"] == "nb-later"
+    assert "application/vnd.jupyter.widget-view+json" in live
+    assert _text(nb.cells[4]).strip() == "True"
+    # ... and on the ended one: its static rendering
+    ended = nb.cells[5].outputs[0].data
+    assert set(ended) == {"text/html", "text/plain"}
+    assert "kf-status-cancelled" in ended["text/html"]

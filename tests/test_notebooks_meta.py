@@ -113,9 +113,14 @@ def test_training_cells_show_only_the_monitor_and_their_results_are_checked(name
     i = trains[0]
     train = cells[i]
     assert " -o job" in _training_source(train)
-    # The monitor widget is the cell's only output: no stray prints from its threads.
+    # The monitor is the cell's only output (no stray prints from its threads), and the job
+    # left its static rendering there: plain HTML + text that show anywhere, no widget.
     assert [o.output_type for o in train.outputs] == ["display_data"]
-    assert WIDGET in train.outputs[0].data
+    data = train.outputs[0].data
+    assert set(data) == {"text/html", "text/plain"}, set(data)
+    assert WIDGET not in data
+    assert "kf-monitor-static kf-status-complete" in data["text/html"]
+    assert "##kf-jupyter" not in data["text/html"] + data["text/plain"]
     # The next cell prints the status and the result, and nbval compares it.
     result = cells[i + 1]
     assert _checked(result)

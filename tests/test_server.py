@@ -149,7 +149,15 @@ def test_every_route_rejects_unauthenticated_requests(
 ) -> None:
     app = jp_serverapp.web_app
     patterns = sorted(set(kf_patterns(app.wildcard_router)) | set(kf_patterns(app.default_router)))
-    expected = {"backends", "runtimes", "jobs", "jobs/x", "jobs/x/logs", "jobs/x/events"}
+    expected = {
+        "backends",
+        "runtimes",
+        "jobs",
+        "jobs/x",
+        "jobs/x/logs",
+        "jobs/x/events",
+        "jobs/x/cancel",
+    }
     paths = set()
     for pattern in patterns:
         rel = pattern.split("kf-jupyter/api/", 1)[1]
@@ -157,12 +165,16 @@ def test_every_route_rejects_unauthenticated_requests(
         paths.add(rel)
     assert paths == expected, patterns
     for rel in sorted(paths):
-        for method in ("GET", "DELETE") if rel == "jobs/x" else ("GET",):
-            resp = raw(f"{API}/{rel}?backend=local", method=method)
+        methods = {"jobs/x": ("GET", "DELETE"), "jobs/x/cancel": ("POST",)}.get(rel, ("GET",))
+        for method in methods:
+            extra = {"body": b""} if method == "POST" else {}
+            resp = raw(f"{API}/{rel}?backend=local", method=method, **extra)
             assert resp.code == 403, (method, rel, resp.code, resp.body)
             assert b"Traceback" not in resp.body
             # a wrong token is no better than none
-            resp = raw(f"{API}/{rel}", method=method, headers={"Authorization": "token nope"})
+            resp = raw(
+                f"{API}/{rel}", method=method, headers={"Authorization": "token nope"}, **extra
+            )
             assert resp.code == 403, (method, rel, resp.code)
 
 
@@ -186,7 +198,49 @@ def test_delete_needs_xsrf_when_authenticated_by_cookie(
     assert name not in {j.name for j in kernel_client.list_jobs()}
 
 
+def test_cancel_needs_xsrf_when_authenticated_by_cookie(
+    jp_serverapp: Any, raw: Callable[..., HTTPResponse], kernel_client: TrainerClient
+) -> None:
+    name = kernel_client.train(MPITrainer(func=sleeper, num_proc_per_node=1))
+    token = jp_serverapp.identity_provider.token
+    login = raw(f"api/status?token={token}")
+    page = raw("no-such-page")
+    cookies = [c.split(";")[0] for r in (login, page) for c in r.headers.get_list("Set-Cookie")]
+    xsrf = next(c.split("=", 1)[1] for c in cookies if c.startswith("_xsrf="))
+    cookie = "; ".join(cookies)
+    url = f"{API}/jobs/{name}/cancel"
+    refused = raw(url, method="POST", body=b"", headers={"Cookie": cookie})
+    assert refused.code == 403 and b"_xsrf" in refused.body
+    assert kernel_client.get_job(name).status in ("Created", "Running")  # untouched
+    ok = raw(url, method="POST", body=b"", headers={"Cookie": cookie, "X-XSRFToken": xsrf})
+    assert ok.code == 200, ok.body
+    kernel_client.delete_job(name)
+
+
 # -- happy paths --------------------------------------------------------------------------------
+
+
+def test_cancel_stops_a_running_job_and_refuses_an_ended_one(
+    fetch: Callable, kernel_client: TrainerClient, done_job: str
+) -> None:
+    name = kernel_client.train(MPITrainer(func=sleeper, num_proc_per_node=2))
+    kernel_client.wait_for_job_status(name, frozenset({"Running"}), timeout=120)
+    resp = fetch(API, "jobs", name, "cancel", method="POST", body=b"")
+    assert resp.code == 200, resp.body
+    job = body(resp)
+    # the answer is the backend's record after the cancel, not a hope
+    assert (job["status"], job["reason"]) == ("Failed", "Cancelled")
+    assert kernel_client.get_job(name).reason == "Cancelled"
+    # again, now that it ended: 409, nothing changes, the real status comes back
+    again = fetch(API, "jobs", name, "cancel", method="POST", body=b"")
+    assert again.code == 409 and body(again)["kind"] == "JobEnded"
+    # a late Cancel on a Complete job never turns it into Cancelled
+    late = fetch(API, "jobs", done_job, "cancel", method="POST", body=b"")
+    assert late.code == 409, late.body
+    assert body(late)["job"]["status"] == "Complete"
+    assert "already ended (Complete)" in body(late)["error"]
+    assert kernel_client.get_job(done_job).status == "Complete"
+    kernel_client.delete_job(name)
 
 
 def test_backends_lists_local_and_explains_missing_kubernetes(fetch: Callable) -> None:
@@ -326,8 +380,10 @@ def test_unknown_job_is_404_json_on_every_job_route(fetch: Callable) -> None:
         (("jobs", "no-such-job"), "DELETE"),
         (("jobs", "no-such-job", "logs"), "GET"),
         (("jobs", "no-such-job", "events"), "GET"),
+        (("jobs", "no-such-job", "cancel"), "POST"),
     ):
-        message = assert_error(fetch(API, *parts, method=method), 404, "JobNotFoundError")
+        extra = {"body": b""} if method == "POST" else {}
+        message = assert_error(fetch(API, *parts, method=method, **extra), 404, "JobNotFoundError")
         assert "no-such-job" in message
 
 

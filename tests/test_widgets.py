@@ -52,6 +52,10 @@ class FakeClient:
 
     def delete_job(self, name):
         self.cancelled = True
+        if self.job.status not in ("Complete", "Failed"):
+            self.job = TrainJob(
+                name=name, status=FAILED, backend="local", reason="Cancelled", message="cancelled"
+            )
 
 
 # -- LogState ---------------------------------------------------------------------------------
@@ -160,7 +164,9 @@ def test_monitor_cancel_button_and_detach(comms):
 
     mon = JobMonitor(client, "job-1", records=slow(), poll_status=False).start()
     mon.cancel_button.click()
+    # the badge shows the backend's record after the cancel, and Cancel is off from then on
     assert client.cancelled and "Cancelled" in mon.header.value
+    assert mon.cancel_button.disabled
     mon2 = JobMonitor(client, "job-1", records=slow(), poll_status=False).start()
     mon2.stop(detached=True)
     assert "%kf_logs job-1 -f" in mon2.header.value
@@ -168,6 +174,25 @@ def test_monitor_cancel_button_and_detach(comms):
     mon.join(timeout=5)
     mon2.join(timeout=5)
     assert not any(t.is_alive() for t in mon._threads + mon2._threads)
+
+
+def test_late_cancel_on_an_ended_job_changes_nothing_and_says_so(comms):
+    client = FakeClient(status="Complete")
+    mon = JobMonitor(client, "job-1", records=[LogRecord("rank-0", "done")], poll_status=False)
+    mon.start()
+    mon.join(timeout=5)
+    mon._on_cancel()  # a click that was queued while the job finished
+    assert not client.cancelled
+    assert "Complete" in mon.header.value and "Cancelled" not in mon.header.value
+    assert "already ended" in mon.failure.value and mon.cancel_button.disabled
+
+
+def test_monitor_says_what_works_while_the_kernel_is_busy(comms):
+    mon = JobMonitor(FakeClient(), "job-1", records=[], poll_status=False)
+    mon.set_waiting(True)
+    assert "interrupt the kernel" in mon.note.value and mon.note.layout.display == ""
+    mon.set_waiting(False)
+    assert mon.note.layout.display == "none"
 
 
 def test_monitor_updates_are_batched_and_live(comms):

@@ -481,28 +481,49 @@ class KubeflowMagics(Magics):
         timeout = args.timeout if args.timeout is not None else self.timeout
         cancel = args.cancel_on_interrupt or self.cancel_on_interrupt
         if self.use_widgets():
-            from ..widgets.monitor import JobMonitor
-
-            monitor = JobMonitor(
-                handle.client,
-                handle.name,
-                backend=handle.backend,
-                runtime=handle.runtime,
-                buffer_lines=self.buffer_lines,
-            )
-            self.monitors = [*self.monitors[-9:], monitor]  # the last 10, for inspection
-            from IPython.display import display
-
-            display(monitor.widget)
-            monitor.start()
+            display = self._show_monitor(handle, waiting=not args.no_wait)
             if args.no_wait:
                 return
-            self._wait_widget(handle, monitor, timeout, cancel)
+            self._wait_widget(handle, *display, timeout, cancel)
         else:
             if args.no_wait:
                 print(f"Submitted {handle.name}; follow it with %kf_logs {handle.name} -f")
                 return
             self._wait_text(handle, timeout, cancel)
+
+    def _show_monitor(self, handle: JobHandle, waiting: bool) -> tuple[Any, Any]:
+        """Display the live monitor of a job (see kf_jupyter.widgets.static); return
+        (monitor, display handle).
+
+        The bundle carries the lab extension's live MIME type (controls that work while the
+        kernel is busy), the ipywidget monitor for other frontends, and a static fallback.
+        """
+        from IPython.display import display
+
+        from ..widgets.monitor import JobMonitor
+        from ..widgets.static import live_bundle
+
+        monitor = JobMonitor(
+            handle.client,
+            handle.name,
+            backend=handle.backend,
+            runtime=handle.runtime,
+            buffer_lines=self.buffer_lines,
+        )
+        monitor.set_waiting(waiting)
+        self.monitors = [*self.monitors[-9:], monitor]  # the last 10, for inspection
+        namespace = getattr(handle.client.backend, "namespace", None)
+        bundle = live_bundle(
+            handle.name,
+            handle.backend,
+            namespace if handle.backend == "kubernetes" else None,
+            handle.runtime,
+            waiting=waiting,
+            widget_model_id=monitor.widget.model_id,
+        )
+        shown = display(bundle, raw=True, display_id=f"kf-jupyter-job-{handle.name}")
+        monitor.start()
+        return monitor, shown
 
     def _interrupted(self, handle: JobHandle, cancel: bool, why: str) -> KFMagicError:
         if cancel:
@@ -512,28 +533,43 @@ class KubeflowMagics(Magics):
             return _fail(f"{why}: job {handle.name} was cancelled (--cancel-on-interrupt).")
         return _fail(
             f"{why}: stopped following job {handle.name}, which keeps running. Reattach with "
-            f"%kf_logs {handle.name} -f, check it with %kf_jobs, or stop it with "
-            f"%kf_delete {handle.name}."
+            f"%kf_monitor {handle.name} (or %kf_logs {handle.name} -f), check it with %kf_jobs, "
+            f"or stop it with the monitor's Cancel or %kf_delete {handle.name}."
         )
 
-    def _wait_widget(self, handle: JobHandle, monitor: Any, timeout: Any, cancel: bool) -> None:
+    def _wait_widget(
+        self, handle: JobHandle, monitor: Any, shown: Any, timeout: Any, cancel: bool
+    ) -> None:
+        from ..errors import JobNotFoundError
+        from ..widgets.static import status_label
+
         try:
             job = handle.client.wait_for_job_status(
                 handle.name, frozenset({COMPLETE, FAILED}), timeout=timeout or 10**9
             )
         except KeyboardInterrupt:
             monitor.stop(detached=not cancel)
+            monitor.set_waiting(False)  # the kernel is free: the widget's controls work now
             raise self._interrupted(handle, cancel, "Interrupted") from None
         except TimeoutError:
             monitor.stop(detached=True)
+            monitor.set_waiting(False)
             raise self._interrupted(handle, False, f"Timed out after {timeout} s") from None
         except JobFailedError:
             job = handle.client.get_job(handle.name)
+        except JobNotFoundError:  # deleted while followed (the monitor's Cancel on Kubernetes)
+            monitor.stop()
+            raise _fail(f"Job {handle.name} was deleted while this cell followed it.") from None
         try:
             monitor.join(timeout=10)
         except KeyboardInterrupt:
             pass
         monitor.finish(job)
+        monitor.set_waiting(False)
+        if shown is not None:  # main thread, before the cell ends: lands in this cell's output
+            shown.update(monitor.final_bundle(job), raw=True)
+        if status_label(job) == "Cancelled":
+            raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:
             raise self._failed(handle, job, monitor.state.failure_tail(job))
 
@@ -597,6 +633,10 @@ class KubeflowMagics(Magics):
                 while True:  # unblock a reader waiting on a full queue
                     lines.get_nowait()
         sys.stdout.flush()
+        from ..widgets.static import status_label
+
+        if status_label(job) == "Cancelled":
+            raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:
             raise self._failed(handle, job, state.failure_tail(job))
 
@@ -701,6 +741,59 @@ class KubeflowMagics(Magics):
                 print(f"Stopped following {args.name}; it keeps running.")
 
         self._guard(run)
+
+    @ma.magic_arguments()
+    @ma.argument("name")
+    @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @ma.argument("--namespace", default=None, help="Kubernetes namespace")
+    @line_magic
+    def kf_monitor(self, line: str) -> None:
+        """Show a job's monitor here: live while it runs (re-attach from any notebook or after
+        a kernel restart; the cell does not wait), its static rendering once it ended."""
+        args = _parse_args(self.kf_monitor, line)
+
+        def run() -> None:
+            from ..types import TERMINAL
+
+            client = self.client(args.backend, args.namespace)
+            job = client.get_job(args.name)
+            handle = JobHandle(client, args.name, client.backend_name, job.runtime or "")
+            if job.status not in TERMINAL:
+                if self.use_widgets():
+                    self._show_monitor(handle, waiting=False)
+                else:
+                    print(
+                        f"Job {args.name} is {job.status}; follow it with %kf_logs {args.name} -f"
+                    )
+                return
+            self._show_final(client, handle, job)
+
+        self._guard(run)
+
+    def _show_final(self, client: Any, handle: JobHandle, job: Any) -> None:
+        from ..widgets.state import LogState
+        from ..widgets.static import final_bundle
+
+        state = LogState(buffer_lines=self.buffer_lines)
+        for rec in client.iter_log_records(handle.name, follow=False):
+            state.add(rec.source, rec.line)
+        backend = getattr(client, "backend", None)
+        job_dir = getattr(backend, "job_dir", None)
+        pointer = ""
+        if callable(job_dir):
+            import html
+
+            pointer = f"<code>{html.escape(str(job_dir(handle.name) / 'logs'))}</code>"
+        namespace = getattr(backend, "namespace", None) if handle.backend == "kubernetes" else None
+        bundle = final_bundle(
+            state, job, handle.name, handle.backend, namespace, handle.runtime, pointer
+        )
+        if getattr(self.shell, "kernel", None) is None:
+            print(bundle["text/plain"])
+            return
+        from IPython.display import display
+
+        display(bundle, raw=True)
 
     @ma.magic_arguments()
     @ma.argument("name")

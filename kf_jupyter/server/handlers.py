@@ -1,7 +1,8 @@
 """REST handlers of the kf-jupyter server extension (every route authenticated and authorized).
 
 Routes, under `<base_url>kf-jupyter/api/` (see docs/server.md):
-`backends`, `runtimes`, `jobs`, `jobs/<name>`, `jobs/<name>/logs`, `jobs/<name>/events`.
+`backends`, `runtimes`, `jobs`, `jobs/<name>`, `jobs/<name>/logs`, `jobs/<name>/events`,
+`jobs/<name>/cancel` (POST).
 Blocking backend calls run on worker threads; log streams are pumped by one thread each.
 """
 
@@ -236,6 +237,45 @@ class JobHandler(KFHandler):
     async def delete(self, name: str) -> None:
         """Delete the job (and stop its processes); 204."""
         await self.answer("delete_job", job=name, render=lambda _: None)
+
+
+class JobCancelHandler(KFHandler):
+    """POST jobs/{name}/cancel: stop a running job; an ended job is left alone (409).
+
+    The answer is the job as the backend records it afterwards (local: status Failed, reason
+    Cancelled; Kubernetes: the TrainJob is deleted, `{"name", "status": "Deleted"}`), so the
+    frontend shows the backend's state, never the one the button hoped for. 409 carries the
+    ended job under `job` (a late Cancel on a Complete job shows Complete).
+    """
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        """Cancel the job if it still runs."""
+        from ..widgets.monitor import cancel_if_running
+
+        try:
+            name = _job_name(name)
+            client = await self.client()
+            cancelled, job = await self.call(cancel_if_running, client, name)
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        body = job.to_dict() if job is not None else {"name": name, "status": "Deleted"}
+        if not cancelled:
+            self.set_status(409)
+            self.finish(
+                json.dumps(
+                    {
+                        "error": f"Job {name} already ended ({body['status']}); nothing was "
+                        "cancelled.",
+                        "kind": "JobEnded",
+                        "job": body,
+                    }
+                )
+            )
+            return
+        self.finish(json.dumps(body))
 
 
 class JobEventsHandler(KFHandler):
@@ -482,5 +522,6 @@ def route_table(base_url: str) -> list[tuple[str, type[KFHandler]]]:
         (url_path_join(root, "jobs") + "/?", JobsHandler),
         (url_path_join(root, "jobs", name) + "/?", JobHandler),
         (url_path_join(root, "jobs", name, "logs") + "/?", JobLogsHandler),
+        (url_path_join(root, "jobs", name, "cancel") + "/?", JobCancelHandler),
         (url_path_join(root, "jobs", name, "events") + "/?", JobEventsHandler),
     ]

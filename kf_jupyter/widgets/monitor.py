@@ -17,17 +17,18 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from ..types import COMPLETE, FAILED, LogRecord, TrainJob
+from ..types import COMPLETE, FAILED, TERMINAL, LogRecord, TrainJob
 from .state import LogState
+from .static import BADGE_COLOURS as _BADGE
+from .static import final_bundle, status_label
 
-_BADGE = {
-    "Created": "#6c757d",
-    "Running": "#0d6efd",
-    "Complete": "#198754",
-    "Failed": "#dc3545",
-    "Detached": "#6f42c1",
-    "Cancelled": "#fd7e14",
-}
+#: Shown beside the monitor's controls while a cell blocks on its job: the kernel is busy, so a
+#: frontend without the lab extension's live monitor (VS Code, JupyterLab without the extension)
+#: delivers widget clicks only when the cell ends.
+BUSY_NOTE = (
+    "<small class='kf-busy-note'>The kernel is busy with this cell, so these controls respond "
+    "when it ends. To stop the job now: interrupt the kernel (&#9632;), then press Cancel.</small>"
+)
 
 
 def cancel_job(client: Any, name: str) -> None:
@@ -48,6 +49,24 @@ def failure_html(failure: Any) -> str:
         "<div class='kf-failure' style='border-left:4px solid #dc3545;padding-left:6px'>"
         f"<b>{html.escape(failure.source)} failed: {html.escape(what)}</b>{pre}</div>"
     )
+
+
+def cancel_if_running(client: Any, name: str) -> tuple[bool, TrainJob | None]:
+    """Cancel a job only if the backend still has it running; return (cancelled, job after).
+
+    A job that already ended is left alone (a late Cancel never turns Complete into Cancelled);
+    `job` is the backend's record afterwards (None when the backend deleted it).
+    """
+    from ..errors import JobNotFoundError
+
+    job = client.get_job(name)
+    if job.status in TERMINAL:
+        return False, job
+    cancel_job(client, name)
+    try:
+        return True, client.get_job(name)
+    except JobNotFoundError:
+        return True, None
 
 
 def _fmt_elapsed(seconds: float) -> str:
@@ -102,8 +121,12 @@ class JobMonitor:
             options=[("all ranks", "")], value="", layout=w.Layout(width="140px")
         )
         self.cancel_button = w.Button(
-            description="Cancel", button_style="danger", layout=w.Layout(width="80px")
+            description="Cancel",
+            button_style="danger",
+            tooltip="Stop the job (its record and logs stay)",
+            layout=w.Layout(width="80px"),
         )
+        self.note = w.HTML("", layout=w.Layout(display="none"))
         self.progress = w.FloatProgress(
             value=0.0, min=0.0, max=1.0, layout=w.Layout(display="none", width="98%")
         )
@@ -114,6 +137,7 @@ class JobMonitor:
         self.widget = w.VBox(
             [
                 w.HBox([self.header, self.rank_filter, self.cancel_button]),
+                self.note,
                 self.progress,
                 self.chart,
                 self.failure,
@@ -123,6 +147,32 @@ class JobMonitor:
         )
         self.rank_filter.observe(self._on_filter, names="value")
         self.cancel_button.on_click(self._on_cancel)
+        self.job: TrainJob | None = None
+
+    def set_waiting(self, waiting: bool) -> None:
+        """Say (or stop saying) that the kernel is busy with the cell following this job."""
+        self.note.value = BUSY_NOTE if waiting else ""
+        self.note.layout.display = "" if waiting else "none"
+
+    def final_bundle(self, job: TrainJob, namespace: str | None = None) -> dict[str, Any]:
+        """The static rendering that replaces this monitor once the job ended."""
+        with self._lock:
+            path = self.log_path()
+            pointer = (
+                f"<code>{html.escape(path)}</code> or <code>%kf_logs {html.escape(self.name)}</code>"
+                if path
+                else ""
+            )
+            return final_bundle(
+                self.state,
+                job,
+                self.name,
+                self.backend,
+                namespace if namespace is not None else getattr(job, "namespace", None),
+                self.runtime,
+                pointer,
+                started=self.started,
+            )
 
     # -- rendering ----------------------------------------------------------------------------
 
@@ -163,14 +213,27 @@ class JobMonitor:
             self.log.value = self.state.render_log_html(self._filter)
 
     def _on_cancel(self, _button: Any = None) -> None:
+        self.cancel_button.disabled = True
         try:
-            cancel_job(self.client, self.name)
-        except Exception as exc:  # shown in the header, never raised into the frontend
+            cancelled, job = cancel_if_running(self.client, self.name)
+        except Exception as exc:  # shown in the monitor, never raised into the frontend
             self.failure.value = f"<b>Cancel failed:</b> {html.escape(str(exc))}"
             self.failure.layout.display = ""
+            self.cancel_button.disabled = False
             return
-        self.stop()
-        self._set_status("Cancelled")
+        if job is None:  # the backend deleted it (Kubernetes)
+            self.stop()
+            self._set_status("Deleted")
+            return
+        self._apply_job(job)
+        self.status = status_label(job)  # the backend's record, even after a detach
+        if not cancelled:
+            self.failure.value = (
+                f"<small>Job {html.escape(self.name)} had already ended "
+                f"({html.escape(self.status)}); nothing was cancelled.</small>"
+            )
+            self.failure.layout.display = ""
+        self.header.value = self._header_html()
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -239,10 +302,13 @@ class JobMonitor:
             if done.tzinfo is None:
                 done = done.replace(tzinfo=UTC)
             self.ended = done.timestamp()
-        if self.status not in ("Cancelled", "Detached"):
-            self.status = job.status
-            if job.status in (COMPLETE, FAILED) and self.ended is None:
+        self.job = job
+        if self.status != "Detached":
+            self.status = status_label(job)
+        if job.status in (COMPLETE, FAILED):
+            if self.ended is None:
                 self.ended = datetime.now(UTC).timestamp()
+            self.cancel_button.disabled = True  # an ended job has nothing to cancel
 
     def flush_log(self) -> None:
         """Send the log view if it changed (one message)."""

@@ -13,19 +13,57 @@ import re
 from collections import deque
 from typing import Any
 
-from ..constants import PROTOCOL_PREFIX, REPORT_PREFIX, RESULT_PREFIX
+from ..constants import REPORT_PREFIX, RESULT_PREFIX
 from ..logview import DumpFolder, collapse_cr, is_banner, is_update
 from ..report import parse_report
 
-#: Rank prefix colours (readable on light and dark themes).
+#: Rank prefix colours (readable on light and dark themes). The lab extension has the same list
+#: and the same `source_colour_index` (labextension/src/palette.ts; a test keeps them equal), so a
+#: rank has one colour in the monitor, the static output and the lab panel.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 _ANSI = (34, 31, 32, 35, 33, 36, 90, 95)
+#: Lines of kf-jupyter's own protocol (reports, results, ...): they drive the monitor, never shown.
+PROTOCOL_PREFIX = "##kf-jupyter:"
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
+
+
+def source_colour_index(source: str) -> int:
+    """The palette slot of a source: its trailing number (`rank-3` -> 3), else a char-code sum.
+
+    Depends on the name only (not on the order lines arrive in), so every view agrees.
+    """
+    m = _TRAILING_NUMBER.search(source)
+    n = int(m.group(1)) if m else sum(ord(c) for c in source)
+    return n % len(PALETTE)
+
+
+def source_colour(source: str) -> str:
+    """The colour of a source's `[rank-N]` prefix."""
+    return PALETTE[source_colour_index(source)]
+
+
 _ERROR_HINT = re.compile(r"Traceback|Error|Exception|exited with|FAILED|Killed")
 
 
 def _source_key(source: str) -> tuple[int, str]:
     m = re.search(r"(\d+)$", source)
     return (int(m.group(1)) if m else -1, source)
+
+
+def log_box_html(body: str, max_height: str | None = "24em") -> str:
+    """A log box that opens at its end without JavaScript (a scroll box in column-reverse when
+    `max_height` is set), wrapping long lines at word boundaries (a word longer than the line is
+    broken only then)."""
+    box = (
+        f"display:flex;flex-direction:column-reverse;max-height:{max_height};overflow:auto"
+        if max_height
+        else ""
+    )
+    return (
+        f"<div class='kf-log-box' style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
+        "margin:0;font-family:monospace;font-size:12px;line-height:1.3;white-space:pre-wrap;"
+        f"overflow-wrap:break-word;word-break:normal'>{body}</pre></div>"
+    )
 
 
 class LogState:
@@ -179,7 +217,8 @@ class LogState:
         """`[rank-1] ` (ANSI-coloured when `colour`)."""
         if not colour:
             return f"[{source}] "
-        code = _ANSI[self.colour_index(source) % len(_ANSI)]
+        self.colour_index(source)
+        code = _ANSI[source_colour_index(source) % len(_ANSI)]
         return f"\x1b[{code}m[{source}]\x1b[0m "
 
     def render_log_html(self, only: str | None = None, limit: int | None = None) -> str:
@@ -189,13 +228,10 @@ class LogState:
             rows = rows[-limit:]
         parts = []
         for s, ln in rows:
-            colour = PALETTE[self.colours.get(s, 0) % len(PALETTE)]
+            colour = source_colour(s)
             prefix = html.escape(f"[{s}]")  # a source is a log file's name: anything at all
             parts.append(f"<span style='color:{colour}'>{prefix}</span> {html.escape(ln)}")
-        return (
-            "<pre class='kf-log' style='max-height:24em;overflow:auto;margin:0;"
-            "font-size:12px;line-height:1.3;white-space:pre-wrap'>" + "\n".join(parts) + "</pre>"
-        )
+        return log_box_html("\n".join(parts))
 
     def failure_tail(self, job: Any = None) -> tuple[str, list[str]]:
         """The failing source and its last lines (from the job's failed step when known)."""
@@ -214,8 +250,8 @@ class LogState:
             return "", []
         return source, list(self.tails.get(source, []))
 
-    def chart_svg(self, width: int = 320, height: int = 120) -> str:
-        """A small inline SVG line chart per metric over steps ('' when there are none)."""
+    def chart_svgs(self, width: int = 320, height: int = 120) -> list[tuple[str, str, str]]:
+        """One small standalone SVG line chart per metric: (name, label, svg)."""
         charts = []
         for i, (name, series) in enumerate(sorted(self.metrics.items())):
             if not series:
@@ -234,13 +270,22 @@ class LogState:
                 for x, y in series
             )
             colour = PALETTE[i % len(PALETTE)]
-            label = html.escape(f"{name}: {ys[-1]:.4g} (step {int(xs[-1])})")
+            label = f"{name}: {ys[-1]:.4g} (step {int(xs[-1])})"
             charts.append(
-                f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-                f"class='kf-chart' data-metric='{html.escape(name)}'>"
-                f"<rect width='100%' height='100%' fill='none' stroke='#ccc'/>"
-                f"<text x='{pad}' y='12' font-size='11' fill='#444'>{label}</text>"
-                f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{pts}'/>"
-                "</svg>"
+                (
+                    name,
+                    label,
+                    f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+                    f"class='kf-chart' data-metric='{html.escape(name)}'>"
+                    f"<rect width='100%' height='100%' fill='none' stroke='#ccc'/>"
+                    f"<text x='{pad}' y='12' font-size='11' fill='#444'>{html.escape(label)}</text>"
+                    f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{pts}'/>"
+                    "</svg>",
+                )
             )
+        return charts
+
+    def chart_svg(self, width: int = 320, height: int = 120) -> str:
+        """A small inline SVG line chart per metric ('' when there are none)."""
+        charts = [svg for _, _, svg in self.chart_svgs(width, height)]
         return "<div style='display:flex;flex-wrap:wrap;gap:6px'>" + "".join(charts) + "</div>"

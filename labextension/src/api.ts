@@ -109,6 +109,42 @@ export async function deleteJob(t: ITarget, name: string): Promise<void> {
   await request(`jobs/${encodeURIComponent(name)}`, queryString(targetParams(t)), { method: 'DELETE' });
 }
 
+/** What a Cancel did: `cancelled` false when the job had already ended (the server's 409). */
+export interface ICancelResult {
+  cancelled: boolean;
+  /** The backend's record afterwards ({status: "Deleted"} when the backend deleted it). */
+  job: IJob;
+  message: string;
+}
+
+/**
+ * Cancel a job if it still runs (POST jobs/{name}/cancel, with the XSRF
+ * header). An ended job is left alone and comes back with `cancelled: false`.
+ */
+export async function cancelJob(t: ITarget, name: string): Promise<ICancelResult> {
+  const settings = ServerConnection.makeSettings();
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(
+      apiUrl(settings, `jobs/${encodeURIComponent(name)}/cancel`, queryString(targetParams(t))),
+      { method: 'POST', body: '' },
+      settings
+    );
+  } catch (e) {
+    throw new ApiError(`Cannot reach the Jupyter server: ${(e as Error).message ?? e}`, 0, 'NetworkError');
+  }
+  if (response.status === 409) {
+    const body = (await response.json()) as { error?: string; job?: IJob };
+    if (body.job) {
+      return { cancelled: false, job: body.job, message: body.error ?? '' };
+    }
+  }
+  if (!response.ok) {
+    throw await errorOf(response);
+  }
+  return { cancelled: true, job: (await response.json()) as IJob, message: '' };
+}
+
 export async function getJobEvents(t: ITarget, name: string): Promise<IJobEvent[]> {
   const r = await getJSON<{ events: IJobEvent[] }>(
     `jobs/${encodeURIComponent(name)}/events`,

@@ -11,6 +11,7 @@ import {
 import { ICommandPalette, MainAreaWidget, ToolbarButton, WidgetTracker } from '@jupyterlab/apputils';
 import { DocumentRegistry } from '@jupyterlab/docregistry';
 import { INotebookModel, INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { refreshIcon } from '@jupyterlab/ui-components';
 import { DisposableDelegate, IDisposable } from '@lumino/disposable';
 import { Menu } from '@lumino/widgets';
@@ -18,6 +19,7 @@ import { Menu } from '@lumino/widgets';
 import { ITarget } from './api';
 import { trainerIcon } from './icon';
 import { createJobWidget, JobPanel, jobWidgetId } from './jobpanel';
+import { liveMonitorFactory } from './livemonitor';
 import { TrainerSidebar } from './sidebar';
 import { CELL_TEMPLATES, ICellTemplate } from './templates';
 
@@ -36,14 +38,26 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Kubeflow Trainer sidebar, job logs and training cell templates.',
   autoStart: true,
-  optional: [ICommandPalette, INotebookTracker, ILayoutRestorer, ILabShell],
+  optional: [ICommandPalette, INotebookTracker, ILayoutRestorer, ILabShell, IRenderMimeRegistry],
   activate: (
     app: JupyterFrontEnd,
     palette: ICommandPalette | null,
     notebooks: INotebookTracker | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    _labShell: ILabShell | null,
+    rendermime: IRenderMimeRegistry | null
   ) => {
     const { commands, shell } = app;
+
+    // The live job monitor in cell outputs (works while the kernel is busy).
+    if (rendermime) {
+      rendermime.addFactory(
+        liveMonitorFactory((target, name) => {
+          void commands.execute(CommandIDs.openJob, { name, backend: target.backend, namespace: target.namespace ?? '' });
+        }),
+        -20
+      );
+    }
 
     const sidebar = new TrainerSidebar();
     shell.add(sidebar, 'left', { rank: 900 });

@@ -17,6 +17,7 @@ import { LogQueue } from './logqueue';
 import { IReport, MetricSeries, parseReport } from './metrics';
 import { Poller } from './poller';
 import { RingBuffer } from './ringbuffer';
+import { sourceColour } from './palette';
 import { messageOf } from './sidebar';
 
 /** At most this many log lines are kept in the DOM. */
@@ -392,7 +393,9 @@ export class JobPanel extends Widget {
   private _lineNode(rec: ILogRecord, isReport: boolean): HTMLDivElement {
     const el = h('div', { className: `kf-log-line${isReport ? ' kf-log-report' : ''}` });
     if (rec.source) {
-      el.append(h('span', { className: 'kf-log-source' }, `[${rec.source}] `));
+      const src = h('span', { className: 'kf-log-source' }, `[${rec.source}] `);
+      src.style.color = sourceColour(rec.source); // the same colour as in the notebook monitor
+      el.append(src);
     }
     el.append(rec.line);
     return el;

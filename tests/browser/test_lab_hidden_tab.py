@@ -27,7 +27,7 @@ import pytest
 from kf_jupyter import JAXTrainer, LocalBackendConfig, TrainerClient
 
 from ..waits import wait_until
-from .test_lab_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port
+from .conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,406 @@
+/**
+ * The live job monitor inside a notebook cell's output: a MIME renderer of
+ * `application/vnd.kf-jupyter.job+json` (what a training cell displays).
+ *
+ * It talks to the server extension's authenticated routes, not to the kernel,
+ * so its rank filter and Cancel work while the cell that follows the job
+ * blocks the kernel (ipykernel delivers widget messages of a busy cell only
+ * when it ends). Status: polled from `jobs/{name}`; logs: `jobs/{name}/logs`
+ * over SSE; Cancel: `POST jobs/{name}/cancel`, which refuses an ended job.
+ * The rank filter is applied in the browser. When the job ends the kernel
+ * replaces this output with a static rendering (plain HTML); a reopened
+ * notebook whose job still runs re-attaches here by the job's name.
+ */
+import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Widget } from '@lumino/widgets';
+
+import * as api from './api';
+import { MetricsChart } from './chart';
+import { h } from './dom';
+import { FollowTracker } from './follow';
+import { formatDuration, IJob, isFinished } from './jobs';
+import {
+  canCancel,
+  failureText,
+  IJobPayload,
+  JOB_MIME_TYPE,
+  labelKey,
+  parsePayload,
+  statusLabel
+} from './livepayload';
+import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
+import { MetricSeries, parseReport } from './metrics';
+import { sourceColour } from './palette';
+import { RingBuffer } from './ringbuffer';
+
+/** Lines kept in the monitor's log view. */
+export const LIVE_MAX_LINES = 1000;
+/** Status poll period while the job runs. */
+const POLL_MS = 1000;
+const ALL = '';
+
+export type OpenPanel = (target: api.ITarget, name: string) => void;
+
+export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
+  constructor(private readonly _openPanel: OpenPanel | null = null) {
+    super();
+    this.addClass('kf-LiveMonitor');
+    this._lines = new RingBuffer<ILogRecord>(LIVE_MAX_LINES);
+  }
+
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    const { payload, error } = parsePayload(model.data[JOB_MIME_TYPE]);
+    if (!payload) {
+      this.node.textContent = `kf-jupyter: cannot show this job monitor (${error}).`;
+      return;
+    }
+    if (this._payload && this._payload.name === payload.name) {
+      return; // same job: keep the live view (outputs are re-rendered on some model changes)
+    }
+    this._stop();
+    this._payload = payload;
+    this._target = { backend: payload.backend, namespace: payload.namespace };
+    this._build(payload);
+    this._alive = true;
+    void this._pollLoop();
+    void this._streamLoop();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._stop();
+    super.dispose();
+  }
+
+  private _stop(): void {
+    this._alive = false;
+    this._abort?.abort();
+    this._abort = null;
+    if (this._flushHandle) {
+      cancelAnimationFrame(this._flushHandle);
+      this._flushHandle = 0;
+    }
+    if (this._pollTimer) {
+      clearTimeout(this._pollTimer);
+      this._pollTimer = 0;
+    }
+  }
+
+  // ---------------------------------------------------------------- layout
+
+  private _build(p: IJobPayload): void {
+    this.node.textContent = '';
+    this.node.dataset.job = p.name;
+    this._badge = h('span', { className: 'kf-badge kf-badge-unknown kf-live-status' }, '…');
+    this._elapsed = h('span', { className: 'kf-live-elapsed' });
+    this._filter = h('select', { className: 'kf-select jp-mod-styled kf-live-filter', 'aria-label': 'Show logs of' });
+    this._filter.append(h('option', { value: ALL }, 'all ranks'));
+    this._filter.addEventListener('change', () => this._rebuildLog());
+    this._cancel = h(
+      'button',
+      { className: 'jp-Button jp-mod-styled jp-mod-warn kf-live-cancel', title: 'Stop the job (its record and logs stay)' },
+      'Cancel'
+    );
+    this._cancel.disabled = true;
+    this._cancel.addEventListener('click', () => void this._onCancel());
+    const where = `${p.backend}${p.namespace ? ` / ${p.namespace}` : ''}${p.runtime ? ` · runtime ${p.runtime}` : ''}`;
+    const head = h(
+      'div',
+      { className: 'kf-live-header' },
+      h('b', { className: 'kf-live-name' }, p.name),
+      h('span', { className: 'kf-live-where' }, ` · ${where} · `),
+      this._badge,
+      ' ',
+      this._elapsed,
+      h('span', { className: 'kf-live-spacer' }),
+      this._filter,
+      this._cancel
+    );
+    if (this._openPanel) {
+      const open = h('button', { className: 'jp-Button jp-mod-styled kf-live-open', title: 'Open the job panel (logs, events)' }, 'Panel');
+      open.addEventListener('click', () => this._openPanel?.(this._target, p.name));
+      head.append(open);
+    }
+    this._notice = h('div', { className: 'kf-live-notice', role: 'status', hidden: true });
+    this._failure = h('pre', { className: 'kf-live-failure', role: 'alert', hidden: true });
+    this._chart = new MetricsChart();
+    this._chart.node.hidden = true;
+    this._log = h('div', { className: 'kf-log kf-live-log', role: 'log', tabindex: '0', 'aria-label': `Log of ${p.name}` });
+    this._followBox = h('input', { type: 'checkbox', className: 'kf-live-follow', 'aria-label': 'Follow the end of the log' });
+    this._followBox.checked = true;
+    this._follow = new FollowTracker(this._log, following => {
+      this._followBox.checked = following;
+    });
+    this._followBox.addEventListener('change', () => this._follow.set(this._followBox.checked));
+    this._logState = h('span', { className: 'kf-log-state' });
+    const foot = h(
+      'div',
+      { className: 'kf-live-footer' },
+      h('label', { className: 'kf-label-inline' }, this._followBox, ' Follow'),
+      ' ',
+      h(
+        'a',
+        { className: 'kf-link', href: api.fullLogUrl(this._target, p.name), target: '_blank', rel: 'noopener' },
+        'Full log'
+      ),
+      ' ',
+      this._logState
+    );
+    this.node.append(head, this._notice, this._failure, this._chart.node, this._log, foot);
+  }
+
+  // ---------------------------------------------------------------- status
+
+  private async _pollLoop(): Promise<void> {
+    while (this._alive && !this.isDisposed) {
+      try {
+        const job = await api.getJob(this._target, this._payload!.name);
+        this._showJob(job);
+        this._note('');
+      } catch (e) {
+        const err = e as api.ApiError;
+        if (err.status === 404) {
+          this._job = null;
+          this._setBadge('Deleted');
+          this._cancel.disabled = true;
+          this._note(
+            `The Jupyter server has no job ${this._payload!.name} (deleted, or started with another ` +
+              'kubeconfig or job store): this view cannot follow it. The kernel still shows the ' +
+              'final state when the cell ends.'
+          );
+          return;
+        }
+        this._note(`Status unavailable (${err.message ?? e}); retrying.`);
+      }
+      if (this._job && isFinished(this._job.status)) {
+        return;
+      }
+      await new Promise<void>(resolve => {
+        this._pollTimer = window.setTimeout(resolve, POLL_MS);
+      });
+    }
+  }
+
+  private _showJob(job: IJob): void {
+    this._job = job;
+    this._setBadge(statusLabel(job));
+    this._cancel.disabled = this._cancelling || !canCancel(job);
+    this._elapsed.textContent = formatDuration(job.creation_time, job.completion_time ?? new Date().toISOString());
+    const cause = failureText(job);
+    this._failure.hidden = !cause;
+    this._failure.textContent = cause;
+  }
+
+  private _setBadge(label: string): void {
+    this._badge.textContent = label;
+    this._badge.className = `kf-badge kf-badge-${labelKey(label)} kf-live-status`;
+    this._badge.title = `Status (from the backend): ${label}`;
+  }
+
+  private _note(text: string): void {
+    this._notice.hidden = !text;
+    this._notice.textContent = text;
+  }
+
+  private async _onCancel(): Promise<void> {
+    if (!this._job || !canCancel(this._job)) {
+      return;
+    }
+    this._cancelling = true;
+    this._cancel.disabled = true;
+    this._cancel.textContent = 'Cancelling…';
+    try {
+      const result = await api.cancelJob(this._target, this._payload!.name);
+      this._showJob(result.job);
+      this._note(result.cancelled ? '' : result.message);
+    } catch (e) {
+      this._note(`Cancel failed: ${(e as Error).message ?? e}`);
+    } finally {
+      this._cancelling = false;
+      this._cancel.textContent = 'Cancel';
+      this._cancel.disabled = !canCancel(this._job);
+    }
+  }
+
+  // ---------------------------------------------------------------- logs
+
+  private async _streamLoop(): Promise<void> {
+    let failures = 0;
+    while (this._alive && !this.isDisposed) {
+      this._abort = new AbortController();
+      this._resetLog(); // a (re)connection replays the tail
+      this._logState.textContent = 'streaming…';
+      let ended = false;
+      try {
+        await api.streamLogs(
+          this._target,
+          this._payload!.name,
+          {
+            onRecord: rec => this._onRecord(rec),
+            onEnd: reason => {
+              ended = reason === 'end';
+              for (const held of this._readable.finish()) {
+                this._onRecord(held); // a progress bar still held: shown as it was left
+              }
+            }
+          },
+          this._abort.signal,
+          LIVE_MAX_LINES
+        );
+      } catch (e) {
+        if (!this._alive || this._abort?.signal.aborted) {
+          return;
+        }
+        if ((e as api.ApiError).status === 404) {
+          this._logState.textContent = '';
+          return;
+        }
+        this._logState.textContent = `log stream failed (${(e as Error).message ?? e}); retrying`;
+      }
+      if (ended || (this._job && isFinished(this._job.status))) {
+        this._logState.textContent = 'job ended; log complete';
+        return;
+      }
+      failures += 1;
+      await new Promise(resolve => setTimeout(resolve, Math.min(30000, 1000 * 2 ** Math.min(failures, 5))));
+    }
+  }
+
+  private _resetLog(): void {
+    this._readable = new ReadableLog();
+    this._lines.clear();
+    this._pending = [];
+    this._sources.clear();
+    this._metrics.clear();
+    this._log.textContent = '';
+  }
+
+  private _onRecord(rec: ILogRecord): void {
+    this._pending.push(rec);
+    if (!this._flushHandle) {
+      this._flushHandle = requestAnimationFrame(() => this._flush());
+    }
+  }
+
+  private _flush(): void {
+    this._flushHandle = 0;
+    const batch = this._pending;
+    this._pending = [];
+    const filter = this._filter.value;
+    const frag = document.createDocumentFragment();
+    let metricsChanged = false;
+    let newSource = false;
+    // Only what a person reads reaches the log view (logparse.ts ReadableLog: protocol lines,
+    // torchrun's banner and dump hidden, one line per progress bar); reports feed the chart.
+    const shown: ILogRecord[] = [];
+    for (const raw of batch) {
+      const at = raw.line.indexOf(PROTOCOL_PREFIX);
+      if (at >= 0) {
+        const report = parseReport(raw.line.slice(at));
+        if (report) {
+          this._metrics.add(report);
+          metricsChanged = true;
+        }
+      }
+      shown.push(...this._readable.push(raw));
+    }
+    for (const rec of shown) {
+      this._lines.push(rec);
+      if (rec.source && !this._sources.has(rec.source)) {
+        this._sources.add(rec.source);
+        newSource = true;
+      }
+      if (filter === ALL || rec.source === filter) {
+        frag.append(this._lineNode(rec));
+      }
+    }
+    this._log.append(frag);
+    let extra = this._log.childElementCount - LIVE_MAX_LINES;
+    while (extra-- > 0 && this._log.firstChild) {
+      this._log.firstChild.remove();
+    }
+    if (newSource) {
+      this._renderSources();
+    }
+    if (metricsChanged) {
+      this._chart.node.hidden = false;
+      this._chart.render(this._metrics);
+    }
+    this._follow.scroll();
+  }
+
+  private _lineNode(rec: ILogRecord): HTMLDivElement {
+    const el = h('div', { className: 'kf-log-line' });
+    if (rec.source) {
+      el.dataset.source = rec.source;
+      const src = h('span', { className: 'kf-log-source' }, `[${rec.source}] `);
+      src.style.color = sourceColour(rec.source);
+      el.append(src);
+    }
+    el.append(rec.line);
+    return el;
+  }
+
+  private _rebuildLog(): void {
+    const filter = this._filter.value;
+    const frag = document.createDocumentFragment();
+    for (const rec of this._lines.toArray()) {
+      if (filter === ALL || rec.source === filter) {
+        frag.append(this._lineNode(rec));
+      }
+    }
+    this._log.textContent = '';
+    this._log.append(frag);
+    this._follow.set(true);
+  }
+
+  private _renderSources(): void {
+    const current = this._filter.value;
+    this._filter.textContent = '';
+    this._filter.append(h('option', { value: ALL }, 'all ranks'));
+    for (const src of sortSources(this._sources)) {
+      this._filter.append(h('option', { value: src }, src));
+    }
+    this._filter.value = current === ALL || this._sources.has(current) ? current : ALL;
+  }
+
+  private _payload: IJobPayload | null = null;
+  private _target: api.ITarget = { backend: 'local' };
+  private _job: IJob | null = null;
+  private _alive = false;
+  private _cancelling = false;
+  private _abort: AbortController | null = null;
+  private _pollTimer = 0;
+  private _flushHandle = 0;
+  private _lines: RingBuffer<ILogRecord>;
+  private _readable = new ReadableLog();
+  private _pending: ILogRecord[] = [];
+  private _sources = new Set<string>();
+  private _metrics = new MetricSeries();
+  private _badge!: HTMLSpanElement;
+  private _elapsed!: HTMLSpanElement;
+  private _filter!: HTMLSelectElement;
+  private _cancel!: HTMLButtonElement;
+  private _notice!: HTMLDivElement;
+  private _failure!: HTMLPreElement;
+  private _chart!: MetricsChart;
+  private _log!: HTMLDivElement;
+  private _followBox!: HTMLInputElement;
+  private _follow!: FollowTracker;
+  private _logState!: HTMLSpanElement;
+}
+
+/**
+ * The renderer factory. Rank -20: ahead of the ipywidget view (-10) that the
+ * same output also carries for frontends without this extension.
+ */
+export function liveMonitorFactory(openPanel: OpenPanel | null): IRenderMime.IRendererFactory {
+  return {
+    safe: true, // renders text only (textContent), fetches from this server; acts only on a click
+    mimeTypes: [JOB_MIME_TYPE],
+    defaultRank: -20,
+    createRenderer: () => new LiveMonitor(openPanel)
+  };
+}

@@ -1,0 +1,180 @@
+"""Shared set-up of the real-browser tests: a JupyterLab subprocess with the kf-jupyter server
+extension on a temp job store, loading the lab extension built in THIS checkout (a temp
+`JUPYTER_PATH` entry, checked against what the page loads), and Debian's Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+BUILD = ROOT / "kf_jupyter" / "labextension"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+LABEXT = "kf-jupyter-labextension"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _notebook(cells: list[str]) -> dict:
+    return {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"c{i}",
+                "metadata": {},
+                "outputs": [],
+                "source": src,
+            }
+            for i, src in enumerate(cells)
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[dict]:
+    """A running JupyterLab with the kf-jupyter server extension on a temp job store."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    if not (ROOT / "kf_jupyter" / "labextension" / "package.json").exists():
+        pytest.skip("the lab extension is not built (bash scripts/build-labextension.sh)")
+    tmp = tmp_path_factory.mktemp("lab")
+    notebooks, state, config, settings = (tmp / d for d in ("nb", "state", "config", "settings"))
+    for d in (notebooks, state, config, settings / "@jupyterlab" / "apputils-extension"):
+        d.mkdir(parents=True)
+    # a test module may turn lab extensions off (LAB_DISABLED = ["kf-jupyter-labextension"])
+    disabled = getattr(request.module, "LAB_DISABLED", [])
+    if disabled:
+        (config / "labconfig").mkdir()
+        (config / "labconfig" / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": dict.fromkeys(disabled, True)})
+        )
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"ServerApp": {"jpserver_extensions": {"kf_jupyter": True}}})
+    )
+    # no "receive Jupyter news?" toast over the UI
+    (
+        settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    ).write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    # this checkout's build of the lab extension first on the labextensions path
+    labext = tmp / "jupyter-path" / "labextensions"
+    labext.mkdir(parents=True)
+    (labext / LABEXT).symlink_to(BUILD.resolve())
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(
+        os.environ,
+        KF_JUPYTER_STATE_DIR=str(state),
+        JUPYTER_CONFIG_DIR=str(config),
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
+        JUPYTER_PATH=os.pathsep.join(
+            p for p in (str(tmp / "jupyter-path"), os.environ.get("JUPYTER_PATH", "")) if p
+        ),
+    )
+    log = (tmp / "lab.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            f"--port={port}",
+            f"--ServerApp.token={token}",
+            "--ServerApp.allow_root=True",
+            f"--notebook-dir={notebooks}",
+            "--ServerApp.ip=127.0.0.1",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"jupyter lab did not start:\n{(tmp / 'lab.log').read_text()}")
+                time.sleep(0.3)
+        _check_build_is_ours(f"http://127.0.0.1:{port}", token)
+        yield {
+            "url": f"http://127.0.0.1:{port}",
+            "token": token,
+            "state": state,
+            "notebooks": notebooks,
+            "log": tmp / "lab.log",
+        }
+    finally:
+        # stop the server and its kernels (own process group, started above)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp / "lab.log", ARTIFACTS / "lab-server.log")
+
+
+def _check_build_is_ours(url: str, token: str) -> None:
+    """The page loads this checkout's build (its remoteEntry file), not another copy."""
+    ours = sorted(p.name for p in (BUILD / "static").glob("remoteEntry.*.js"))
+    with urllib.request.urlopen(f"{url}/lab?token={token}", timeout=30) as resp:
+        page = resp.read().decode()
+    m = re.search(r'"name":\s*"kf-jupyter-labextension"[^}]*"load":\s*"([^"]+)"', page)
+    if m is None:  # key order differs: look for the load path near our name
+        m = re.search(r'"load":\s*"(static/remoteEntry[^"]+)"[^}]*"name":\s*"kf-jupyter', page)
+    assert m is not None, "JupyterLab does not load kf-jupyter-labextension"
+    assert m.group(1).rsplit("/", 1)[-1] in ours, (m.group(1), ours)
+
+
+def write_notebook(lab: dict, name: str, cells: list[str]) -> None:
+    """Put a notebook of code cells into the lab's notebook folder."""
+    (lab["notebooks"] / name).write_text(json.dumps(_notebook(cells)))
+
+
+def open_notebook(page: Any, lab: dict, name: str) -> None:
+    """Open a notebook in the page and wait until its kernel is idle."""
+    from playwright.sync_api import expect
+
+    # ?reset: a fresh layout with this notebook only (no tabs restored from earlier tests)
+    page.goto(f"{lab['url']}/lab/tree/{name}?reset&token={lab['token']}")
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+    expect(page.locator(".jp-StatusBar-Widget", has_text="| Idle")).to_have_count(1, timeout=90_000)

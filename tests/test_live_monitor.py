@@ -1,0 +1,197 @@
+"""The cell output of a job: the live bundle while it runs, the static rendering after it ended,
+and the colour palette shared with the lab extension (fast: no kernel, no browser)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+
+from kf_jupyter.types import COMPLETE, FAILED, TrainJob
+from kf_jupyter.widgets.state import PALETTE, LogState, source_colour, source_colour_index
+from kf_jupyter.widgets.static import (
+    MIME_TYPE,
+    final_bundle,
+    live_bundle,
+    status_label,
+)
+from tests.test_html_escaping import hostile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The shape h12-fail adds to kf_jupyter/types.py (read with getattr)."""
+
+    source: str
+    exc_type: str
+    message: str
+    traceback: list[str] = field(default_factory=list)
+
+
+def _state() -> LogState:
+    st = LogState()
+    for s in range(5):
+        rec = {"step": s, "progress": (s + 1) / 5, "metrics": {"loss": 1.0 / (s + 1)}}
+        st.add("rank-0", "##kf-jupyter:report " + json.dumps(rec))
+    for i in range(30):
+        st.add("rank-0", f"rank 0 line {i}")
+        st.add("rank-1", f"rank 1 line {i} <b>not bold</b>")
+    st.add("rank-0", '##kf-jupyter:result {"ok": 1}')
+    st.add("rank-1", "##kf-jupyter:other protocol line")
+    return st
+
+
+def _job(status: str = COMPLETE, reason: str = "AllJobsCompleted", message: str = "") -> TrainJob:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    return TrainJob(
+        name="torch-1a2b3c4d",
+        status=status,
+        backend="local",
+        reason=reason,
+        message=message,
+        creation_time=t0,
+        completion_time=t0 + timedelta(seconds=75),
+    )
+
+
+def test_palette_and_colour_rule_match_the_lab_extension():
+    ts = (ROOT / "labextension" / "src" / "palette.ts").read_text()
+    body = ts.split("PALETTE: readonly string[] = [", 1)[1].split("]", 1)[0]
+    assert tuple(re.findall(r"'(#[0-9a-f]{6})'", body)) == PALETTE
+    # the same vectors as labextension/src/__tests__/live.test.ts
+    for source, index in [
+        ("rank-0", 0),
+        ("rank-1", 1),
+        ("rank-9", 1),
+        ("node-3", 3),
+        ("launcher", 2),
+        ("", 0),
+    ]:
+        assert source_colour_index(source) == index, source
+    assert source_colour("rank-1") == PALETTE[1]
+
+
+def test_colours_depend_on_the_rank_not_on_arrival_order():
+    a, b = LogState(), LogState()
+    a.add("rank-1", "x")
+    a.add("rank-0", "y")
+    b.add("rank-0", "y")
+    b.add("rank-1", "x")
+    assert a.render_log_html() != b.render_log_html()  # order differs
+    for st in (a, b):
+        html = st.render_log_html()
+        assert f"<span style='color:{PALETTE[1]}'>[rank-1]</span>" in html
+
+
+def test_live_bundle_carries_the_job_the_widget_and_a_fallback():
+    data = live_bundle(
+        "torch-1a2b3c4d", "kubernetes", "team-a", "torch-distributed", True, "abc123"
+    )
+    assert data[MIME_TYPE] == {
+        "version": 1,
+        "name": "torch-1a2b3c4d",
+        "backend": "kubernetes",
+        "namespace": "team-a",
+        "runtime": "torch-distributed",
+        "waiting": True,
+        "api": "kf-jupyter/api",
+    }
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == "abc123"
+    # the fallback says what works where nothing live renders it
+    assert "interrupt the kernel" in data["text/html"]
+    assert "%kf_delete torch-1a2b3c4d" in data["text/html"]
+    assert data["text/plain"] == "Job torch-1a2b3c4d (kubernetes / team-a): running"
+
+
+def test_static_rendering_of_a_complete_job():
+    pointer = "<code>/x</code>"
+    data = final_bundle(_state(), _job(), "torch-1a2b3c4d", "local", log_pointer=pointer)
+    html = data["text/html"]
+    assert MIME_TYPE not in data and "application/vnd.jupyter.widget-view+json" not in data
+    assert "data-status='Complete'" in html and "took 1:15" in html
+    assert "width:100%" in html  # progress bar at 100 %
+    assert "src='data:image/svg+xml;base64," in html and "alt='loss: 0.2 (step 4)'" in html
+    assert "<script" not in html.lower()
+    # the last lines of every rank, escaped, coloured as everywhere else; no protocol lines
+    assert "rank 0 line 29" in html and "rank 1 line 29" in html and "rank 0 line 5<" not in html
+    assert "&lt;b&gt;not bold&lt;/b&gt;" in html
+    assert f"color:{PALETTE[1]}'>[rank-1]</span>" in html
+    assert "##kf-jupyter" not in html and "##kf-jupyter" not in data["text/plain"]
+    assert pointer in html
+    assert "Last 12 lines of every process" in html
+    assert "overflow-wrap:break-word" in html and "word-break:normal" in html
+    assert data["text/plain"].splitlines()[0] == "Job torch-1a2b3c4d (local): Complete, took 1:15"
+
+
+def test_static_rendering_shows_the_failure_cause_first():
+    job = _job(FAILED, "FailedJobs", "rank-1 exited with code 1")
+    object.__setattr__(
+        job,
+        "failure",
+        Failure("Rank 1", "NameError", "name 'x' is not defined", ["  File cell, line 3", "    x"]),
+    )
+    html = final_bundle(_state(), job, "torch-1a2b3c4d", "local")["text/html"]
+    cause = html.index("Rank 1 failed: NameError: name &#x27;x&#x27; is not defined")
+    assert cause < html.index("rank 1 line 29")
+    assert "File cell, line 3" in html
+    # without h12-fail's Failure: the job's message
+    plain = final_bundle(_state(), _job(FAILED, "FailedJobs", "rank-1 exited"), "j", "local")
+    assert "rank-1 exited" in plain["text/html"] and "rank-1 exited" in plain["text/plain"]
+
+
+def test_cancelled_is_what_the_backend_recorded_and_hides_the_launcher_dump():
+    assert status_label(_job(FAILED, "Cancelled")) == "Cancelled"
+    assert status_label(_job(FAILED, "FailedJobs")) == "Failed"
+    assert status_label(_job(COMPLETE)) == "Complete"
+    st = _state()
+    st.add("node-0", "torch.distributed.elastic.multiprocessing.api.SignalException: got 15")
+    data = final_bundle(st, _job(FAILED, "Cancelled", "cancelled"), "j", "local")
+    assert "data-status='Cancelled'" in data["text/html"]
+    assert "SignalException" not in data["text/html"] + data["text/plain"]
+    assert "rank 1 line 29" in data["text/html"]
+    # a failed job keeps every source's lines
+    failed = final_bundle(st, _job(FAILED, "FailedJobs", "boom"), "j", "local")
+    assert "SignalException" in failed["text/html"]
+
+
+def test_static_rendering_stays_short_with_many_ranks():
+    st = LogState()
+    for i in range(30):
+        for r in range(16):
+            st.add(f"rank-{r}", f"rank {r} line {i}")
+    text = final_bundle(st, _job(), "j", "local")["text/html"]
+    assert "Last 3 lines of every process" in text
+    assert text.count("[rank-") == 16 * 3 and "rank 15 line 29" in text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(x=hostile)
+def test_live_and_static_renderings_escape_hostile_text(x: str) -> None:
+    """Hostile job names, sources, lines, metric names and messages stay text (issue 13's
+    escaping check, applied to this module's renderers)."""
+    from tests import test_html_escaping as esc
+
+    tags = esc.TAGS | {"img", "br"}
+    attrs = esc.ATTRS | {"data-job", "data-status", "alt", "title", "src"}
+    st = LogState()
+    st.add(x, x)
+    st.add("rank-0", "##kf-jupyter:report " + json.dumps({"step": 1, "metrics": {x: 1.0}}))
+    job = TrainJob(name="j", status=FAILED, backend="local", reason=x, message=x)
+    object.__setattr__(job, "failure", Failure(x, x, x, [x]))
+    for markup in (
+        final_bundle(st, job, x, x, x, x, f"<code>{html.escape(x)}</code>", label=x)["text/html"],
+        live_bundle(x, x, x, x, True, None)["text/html"],
+    ):
+        p = esc._Collect()
+        p.feed(markup)
+        p.close()
+        bad = [(t, a) for t, a in p.tags if t not in tags or set(a) - attrs]
+        assert not bad, f"markup from the input became HTML: {bad}"
+        assert x.replace("\r", "") in "".join(p.text).replace("\r", "")
