@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .test_lab_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, lab  # noqa: F401
+from .conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def rank_one_fails_after_a_bar():
     dist.barrier()
 
 
-def test_failed_job_panel_shows_the_cause_and_readable_logs(lab: dict) -> None:  # noqa: F811
+def test_failed_job_panel_shows_the_cause_and_readable_logs(lab: dict) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     from kf_jupyter import LocalBackendConfig, TorchTrainer, TrainerClient

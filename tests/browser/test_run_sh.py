@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from .test_lab_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port
+from .conftest import ARTIFACTS, BUILD, CHROMIUM, CHROMIUM_ARGS, LABEXT, ROOT, _free_port
 
 pytestmark = pytest.mark.slow
 
@@ -54,8 +54,11 @@ def test_run_sh_opens_the_quickstart_without_the_news_popup(tmp_path: Path) -> N
         JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
         JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
     )
-    if os.environ.get("JUPYTER_PATH"):
-        env["JUPYTER_PATH"] = os.environ["JUPYTER_PATH"]  # a helper's own extension build
+    # this checkout's build of the lab extension first on the labextensions path
+    labext = tmp_path / "jupyter-path" / "labextensions"
+    labext.mkdir(parents=True)
+    (labext / LABEXT).symlink_to(BUILD.resolve())
+    env["JUPYTER_PATH"] = str(tmp_path / "jupyter-path")
     log = (tmp_path / "run.log").open("w")
     proc = subprocess.Popen(
         ["bash", str(repo / "scripts" / "run.sh"), "--no-browser", f"--port={port}",
