@@ -2,7 +2,7 @@
 
 `build_trainjob` gives the TrainJob manifest a cluster accepts; `build_launch_plan` turns that
 same manifest into the processes a local run starts. Both are pure: no I/O, no clock reads
-except the random name suffix.
+except the random name suffix; the one read is a `script=` file's text, at submit time.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from .errors import OptionError, RuntimeMismatchError, ValidationError
 from .options import Name, apply_options
 from .policies import OWN_ENV_PREFIX, JobShape, Payload, get_policy
 from .runtimes import Runtime
+from .script import SCRIPT_FUNC_NAME, load_script, validate_script_args
 from .trainers import BaseTrainer
 from .validation import validate_job_name
 
@@ -72,6 +73,27 @@ def _env_list(env: Mapping[str, str | SecretRef] | None) -> list[dict[str, Any]]
         else:
             out.append({"name": key, "value": value})
     return out
+
+
+def _payload(trainer: BaseTrainer, rc: RuntimeConfig) -> Payload:
+    """What the command ships: a function's source, or a script's text (read now), and argv."""
+    if trainer.script is not None:
+        sc = load_script(trainer.script)
+        source, func_name, argv0 = sc.source, SCRIPT_FUNC_NAME, sc.name
+    else:
+        fs = program.function_source(trainer.func)  # type: ignore[arg-type]
+        source, func_name = fs.source, fs.name
+        argv0 = getattr(trainer.func, "__kf_argv0__", "")
+    return Payload(
+        source=source,
+        func_name=func_name,
+        args_json=program.encode_args(trainer.func_args),
+        runner=program.runner_source(),
+        packages=tuple(rc.packages),
+        index_urls=tuple(rc.index_urls),
+        argv0=argv0 if isinstance(argv0, str) else "",
+        argv=validate_script_args(trainer.script_args),
+    )
 
 
 def job_shape(trainer: BaseTrainer, runtime: Runtime, name: str) -> JobShape:
@@ -132,17 +154,8 @@ def build_trainjob(
     spec_trainer: dict[str, Any] = {}
     if trainer.image:
         spec_trainer["image"] = trainer.image
-    if trainer.func is not None:
-        fs = program.function_source(trainer.func)
-        rc = runtime_config or RuntimeConfig()
-        payload = Payload(
-            source=fs.source,
-            func_name=fs.name,
-            args_json=program.encode_args(trainer.func_args),
-            runner=program.runner_source(),
-            packages=tuple(rc.packages),
-            index_urls=tuple(rc.index_urls),
-        )
+    if trainer.func is not None or trainer.script is not None:
+        payload = _payload(trainer, runtime_config or RuntimeConfig())
         spec_trainer["command"] = ["bash", "-c", policy.script(trainer, payload)]
     if trainer.num_nodes is not None:
         spec_trainer["numNodes"] = trainer.num_nodes
@@ -152,7 +165,8 @@ def build_trainjob(
     if resources:
         spec_trainer["resourcesPerNode"] = {"limits": dict(resources), "requests": dict(resources)}
     env = _env_list(runtime_config.env if runtime_config else None)
-    if trainer.func is not None and runtime_config and runtime_config.packages:
+    shipped = trainer.func is not None or trainer.script is not None
+    if shipped and runtime_config and runtime_config.packages:
         # Credentials in index URLs stay out of the command (see program.index_env).
         env += _env_list(program.index_env(runtime_config.index_urls))
     if env:

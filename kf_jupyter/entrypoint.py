@@ -1,10 +1,14 @@
 """The runner shipped inside every job (standard library only; runs on the cluster too).
 
-Usage (what the generated command runs): python3 kf_entry.py FUNC_FILE FUNC_NAME ARGS_FILE SETUP
-where SETUP is one of none, jax, xgboost. It loads the user's function from FUNC_FILE (so
+Usage (what the generated command runs):
+python3 kf_entry.py FUNC_FILE FUNC_NAME ARGS_FILE SETUP [-- ARGV0 [ARG ...]]
+where SETUP is one of none, jax, jax-own, xgboost. It loads the user's function from FUNC_FILE (so
 tracebacks and inspect.getsource show the user's own lines), does the framework set-up the
 Trainer leaves to user code (jax.distributed.initialize, the XGBoost tracker and communicator),
 calls the function with the JSON keyword arguments, and on global rank 0 prints the result.
+FUNC_NAME `__main__` runs FUNC_FILE as a script instead (`python script.py`: a fresh `__main__`
+module, the JSON arguments as its globals). The program's `sys.argv` is ARGV0 ARG... (FUNC_FILE
+alone without `--`): the runner's own arguments never show.
 """
 
 import json
@@ -126,6 +130,46 @@ def _kfj_jax_setup():
         jax.distributed.initialize = _already
 
 
+def _kfj_jax_own_setup():
+    """The code calls jax.distributed.initialize itself: fill in what it leaves out.
+
+    JAX reads only the coordinator address from the environment; the process count and id the
+    Trainer injects (JAX_NUM_PROCESSES, JAX_PROCESS_ID) are passed when the call omits them.
+    """
+    if "JAX_COORDINATOR_ADDRESS" not in os.environ:
+        return
+    import jax
+
+    real = jax.distributed.initialize
+
+    def initialize(coordinator_address=None, num_processes=None, process_id=None, *a, **kw):
+        env = os.environ
+        if coordinator_address is None:
+            coordinator_address = env["JAX_COORDINATOR_ADDRESS"]
+        if num_processes is None and env.get("JAX_NUM_PROCESSES", "").isdigit():
+            num_processes = int(env["JAX_NUM_PROCESSES"])
+        if process_id is None and env.get("JAX_PROCESS_ID", "").isdigit():
+            process_id = int(env["JAX_PROCESS_ID"])
+        return real(coordinator_address, num_processes, process_id, *a, **kw)
+
+    initialize.__doc__ = real.__doc__
+    jax.distributed.initialize = initialize
+
+
+class SetupCollisionError(RuntimeError):
+    """The code's own framework set-up collides with the runner's built-in one."""
+
+
+_KFJ_XGB_COLLISION = (
+    "The code starts its own XGBoost RabitTracker on port {port}, where kf-jupyter's "
+    "built-in set-up already runs one (rank 0 runs the tracker and every rank joins the "
+    "communicator for code that does not), so the second tracker cannot bind: 'Address already "
+    "in use'. Either run with the built-in set-up off (%%xgboosttrain --no-setup, or "
+    "XGBoostTrainer(setup_collective=False)) so only the code's own tracker and "
+    "CommunicatorContext run, or remove them from the code and let kf-jupyter set them up."
+)
+
+
 def _kfj_call_xgboost(func, kwargs, rank):
     uri = os.environ.get("DMLC_TRACKER_URI")
     if not uri:
@@ -139,10 +183,19 @@ def _kfj_call_xgboost(func, kwargs, rank):
     if rank == 0:
         tracker = RabitTracker(host_ip=uri, n_workers=n_workers, port=port)
         tracker.start()
-    with collective.CommunicatorContext(
-        dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank)
-    ):
-        result = func(**kwargs)
+    try:
+        with collective.CommunicatorContext(
+            dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank)
+        ):
+            result = func(**kwargs)
+    except Exception as exc:
+        if tracker is not None:
+            # The job failed: freeing the tracker at exit would only add "Invalid polling
+            # request" noise after the real error. The process ends anyway.
+            vars(tracker).pop("handle", None)
+        if type(exc).__name__ == "XGBoostError" and "Address already in use" in str(exc):
+            raise SetupCollisionError(_KFJ_XGB_COLLISION.format(port=port)) from exc
+        raise
     if tracker is not None:
         tracker.wait_for()
     return result
@@ -171,8 +224,68 @@ def _kfj_publish(result):
     print(_KFJ_RESULT + text, flush=True)
 
 
+#: FUNC_NAME meaning "run FUNC_FILE as __main__" (no function is called).
+_KFJ_SCRIPT = "__main__"
+
+
+def _kfj_program_argv(argv):
+    """The program's sys.argv: what follows `--` (ARGV0 ARG...), else the function file alone."""
+    rest = argv[5:]
+    if rest and rest[0] == "--" and len(rest) > 1:
+        return list(rest[1:])
+    return [argv[1]]
+
+
+def _kfj_same_text(path, source):
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return fh.read() == source
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _kfj_script(code, func_file, kwargs, source):
+    """A callable that runs `code` as `python script.py` would, in a fresh `__main__` module.
+
+    When sys.argv[0] names a file here with the same text (the script in the notebook's folder
+    or the shipped workspace), `__file__` is that file and its folder leads sys.path, as under
+    `python`; otherwise `__file__` is the shipped copy, FUNC_FILE.
+    """
+    import builtins
+
+    def run():
+        path = func_file
+        argv0 = sys.argv[0]
+        if argv0 and os.path.isfile(argv0) and _kfj_same_text(argv0, source):
+            path = os.path.abspath(argv0)
+            folder = os.path.dirname(path)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+        module = types.ModuleType("__main__")
+        module.__file__ = path
+        module.__builtins__ = builtins
+        module.__spec__ = None
+        module.__dict__.update(kwargs)
+        sys.modules["__main__"] = module
+        exec(code, module.__dict__)
+
+    return run
+
+
+def _kfj_exit_status(exc):
+    """The exit code of a program that raised SystemExit (printing a message, as Python does)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
 def _kfj_main(argv):
     func_file, func_name, args_file, setup = argv[1:5]
+    sys.argv = _kfj_program_argv(argv)
     rank = _kfj_rank()
     _kfj_redirect_logs(rank)
     _kfj_enter_workspace()
@@ -182,18 +295,29 @@ def _kfj_main(argv):
     with open(args_file, encoding="utf-8") as fh:
         kwargs = json.load(fh)
     code = compile(source, func_file, "exec")
-    namespace = sys.modules["__main__"].__dict__
-    exec(code, namespace)
-    func = namespace.get(func_name)
+    if func_name == _KFJ_SCRIPT:
+        func, kwargs = _kfj_script(code, func_file, kwargs, source), {}
+    else:
+        namespace = sys.modules["__main__"].__dict__
+        exec(code, namespace)
+        func = namespace.get(func_name)
     if not callable(func):
         sys.stderr.write(f"kf-jupyter: {func_file} does not define a function {func_name!r}\n")
         return 2
     if setup == "jax":
         _kfj_jax_setup()
-    if setup == "xgboost":
-        result = _kfj_call_xgboost(func, kwargs, rank)
-    else:
-        result = func(**kwargs)
+    if setup == "jax-own":
+        _kfj_jax_own_setup()
+    try:
+        if setup == "xgboost":
+            result = _kfj_call_xgboost(func, kwargs, rank)
+        else:
+            result = func(**kwargs)
+    except SystemExit as exc:
+        status = _kfj_exit_status(exc)
+        if status:
+            return status
+        result = None
     sys.stdout.flush()
     if rank == 0:
         _kfj_publish(result)

@@ -385,6 +385,27 @@ class ActiveDeadlineSeconds(_Option):
         job_spec.setdefault("spec", {})["activeDeadlineSeconds"] = self.seconds
 
 
+@dataclass
+class Warm(_Option):
+    """Local backend: start this job's ranks from the warm pool (the default) or cold (False).
+
+    Written as the annotation `kf-jupyter.io/warm`; a cluster ignores it.
+    """
+
+    enabled: bool = True
+    unique: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise OptionError(f"Warm takes True or False, got {self.enabled!r}.")
+
+    def __call__(self, job_spec: dict[str, Any], trainer: Any, backend: Any) -> None:
+        meta = job_spec.setdefault("metadata", {})
+        meta.setdefault("annotations", {})["kf-jupyter.io/warm"] = (
+            "true" if self.enabled else "false"
+        )
+
+
 def describe_option(option: Any) -> str:
     """A short name for an option, for warnings."""
     describe = getattr(option, "describe", None)
@@ -443,5 +464,6 @@ __all__ = [
     "SpecLabels",
     "TrainerArgs",
     "TrainerCommand",
+    "Warm",
     "apply_options",
 ]

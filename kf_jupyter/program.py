@@ -64,7 +64,20 @@ def function_source(func: Callable[..., Any]) -> FunctionSource:
             "those do not travel with the source. Define it at top level and pass values "
             "through func_args."
         )
-    return FunctionSource(src, func.__name__)
+    return FunctionSource(_with_futures(src, func), func.__name__)
+
+
+def _with_futures(src: str, func: types.FunctionType) -> str:
+    """`src` with `from __future__ import annotations` first when `func` was compiled under it.
+
+    Its annotations are then strings, as where it was defined; without the import the job would
+    evaluate them when it runs the `def` (a NameError for a type imported elsewhere).
+    """
+    import __future__
+
+    if func.__code__.co_flags & __future__.annotations.compiler_flag:
+        return "from __future__ import annotations\n" + src
+    return src
 
 
 def encode_args(func_args: dict[str, Any] | None) -> str:
@@ -165,15 +178,25 @@ def materialise(source: str, args_json: str, runner: str, subdir: str = "") -> s
     )
 
 
-def runner_invocation(func_name: str, setup: str) -> list[str]:
-    """The runner's arguments after the script path (shell words, already quoted)."""
-    return [
+def runner_invocation(
+    func_name: str, setup: str, argv0: str = "", argv: Sequence[str] = ()
+) -> list[str]:
+    """The runner's arguments after the script path (shell words, already quoted).
+
+    With `argv0` or `argv`, `-- ARGV0 ARG...` follows: the program's `sys.argv` (ARGV0 defaults
+    to the shipped file's path, as `python kf_func.py ARG...` would give).
+    """
+    words = [
         '"$kfj_dir/kf_entry.py"',
         '"$kfj_dir/kf_func.py"',
         quote(func_name),
         '"$kfj_dir/kf_args.json"',
         quote(setup),
     ]
+    if argv0 or argv:
+        words += ["--", quote(argv0) if argv0 else '"$kfj_dir/kf_func.py"']
+        words += [quote(a) for a in argv]
+    return words
 
 
 def check_size(script: str) -> str:

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import ValidationError
+from .script import Script, validate_script, validate_script_args
 from .validation import normalize_resources, validate_image, validate_positive
 
 
 @dataclass(kw_only=True)
 class BaseTrainer(ABC):  # noqa: B024  (abstract by intent; no abstract method)
     """What every trainer has: the function, its keyword arguments, nodes, resources, image.
+
+    Instead of `func`, `script` runs a whole program as `__main__` (a file's path, read when the
+    job is submitted, or a `Script`); `script_args` is its `sys.argv[1:]` (with `func` too).
 
     Subclasses set `supported_frameworks` (runtime framework labels, in preference order) and
     `policy` (the Trainer ML policy that runs them: torch, mpi, jax, xgboost or plain).
@@ -28,10 +33,20 @@ class BaseTrainer(ABC):  # noqa: B024  (abstract by intent; no abstract method)
     num_nodes: int | None = None
     resources_per_node: dict[str, Any] | None = None
     image: str | None = None
+    script: str | os.PathLike[str] | Script | None = None
+    script_args: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if type(self) is BaseTrainer:
             raise TypeError("BaseTrainer is abstract; use TorchTrainer, MPITrainer, ...")
+        if self.script is not None:
+            if self.func is not None:
+                raise ValidationError(
+                    "Give either func (a function) or script (a Python file run as __main__), "
+                    "not both."
+                )
+            validate_script(self.script)
+        validate_script_args(self.script_args)
         if self.func is not None and not callable(self.func):
             raise ValidationError(
                 f"func must be a Python function, got {type(self.func).__name__}. Pass the "
@@ -146,8 +161,9 @@ class MPITrainer(BaseTrainer):
 class JAXTrainer(BaseTrainer):
     """JAX multi-process: one process per node; `jax.distributed.initialize` is done for you.
 
-    Set `initialize_distributed=False` if the function calls it itself (a second call from the
-    function is made harmless either way).
+    Code that calls `jax.distributed.initialize` itself is detected: the runner then does not
+    call it first, and fills in the arguments the call leaves out from the Trainer's `JAX_*`
+    variables. Set `initialize_distributed=False` to turn the built-in step off entirely.
     """
 
     supported_frameworks: ClassVar[tuple[str, ...]] = ("jax",)
@@ -160,8 +176,9 @@ class JAXTrainer(BaseTrainer):
 class XGBoostTrainer(BaseTrainer):
     """XGBoost distributed: rank 0 runs the collective tracker, every rank joins the communicator.
 
-    Set `setup_collective=False` if the function starts the tracker and
-    `collective.CommunicatorContext` itself.
+    Code that starts its own `RabitTracker` / `collective.CommunicatorContext` (Kubeflow's own
+    example does) is detected and left to do so; set `setup_collective=False` when the set-up
+    happens where the scan cannot see it (a helper module).
     """
 
     supported_frameworks: ClassVar[tuple[str, ...]] = ("xgboost",)

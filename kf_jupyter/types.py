@@ -75,6 +75,8 @@ class TrainJob:
     steps: list[Step] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     failure: Failure | None = None
+    #: Local jobs: every node started from the warm pool (True), one started cold (False).
+    warm: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (ISO 8601 times), as the server extension sends it."""
@@ -97,6 +99,7 @@ class TrainJob:
             ],
             "labels": dict(self.labels),
             "failure": self.failure.to_dict() if self.failure else None,
+            "warm": self.warm,
         }
 
 

@@ -307,8 +307,9 @@ def test_nested_function_is_dedented(rts) -> None:
         return inner_train
 
     job = build_trainjob(TorchTrainer(func=outer()), rts["torch-distributed"])
+    # (this module uses postponed annotations, so the shipped source starts with that import)
     assert (
-        "printf '%s' 'def inner_train(x=1):\n    return x\n'"
+        "printf '%s' 'from __future__ import annotations\ndef inner_train(x=1):\n    return x\n'"
         in job["spec"]["trainer"]["command"][2]
     )
 

@@ -221,6 +221,11 @@ def test_mpi_job_and_layered_env_build_keep_the_password_out_of_every_argv(
 ) -> None:
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    # Run from a notebook folder of its own: the job ships its working folder, and this test
+    # file (which holds the password) is not what the check is about.
+    notebook = tmp_path / "notebook"
+    notebook.mkdir()
+    monkeypatch.chdir(notebook)
     release = tmp_path / "release"
     rc = RuntimeConfig(packages_to_install=["kfj-demo-a"], pip_index_urls=[auth_index])
     trainer = MPITrainer(

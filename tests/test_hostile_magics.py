@@ -80,7 +80,8 @@ def _check(result: Any, shown: str, line: str) -> None:
 def test_training_magic_flags_never_raise_a_raw_traceback(
     shell: Any, capsys: Any, magic: str, line: str
 ) -> None:
-    text = f"%%{magic} {line} --dry-run\nx = 1\nprint(x)\n"
+    # --dry-run first: after a standalone `--` the words are the program's arguments
+    text = f"%%{magic} --dry-run {line}\nx = 1\nprint(x)\n"
     result = shell.run_cell(text, store_history=False)
     _check(result, _shown(shell, result, capsys), line)
 

@@ -10,6 +10,7 @@ import pytest
 
 from kf_jupyter.backends.local.backend import LocalBackend
 from kf_jupyter.backends.local.config import LocalBackendConfig
+from kf_jupyter.backends.local.warm.pool import stop_all
 from kf_jupyter.client import TrainerClient
 
 from . import waits
@@ -65,3 +66,5 @@ def client_fixture(tmp_path: Path) -> TrainerClient:
     yield c
     for job in c.list_jobs():
         c.delete_job(job.name)
+    # A warm pool lives as long as this test process: stop it with the test's state dir.
+    stop_all(tmp_path / "state")

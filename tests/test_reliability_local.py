@@ -33,6 +33,7 @@ from kf_jupyter import JAXTrainer, MPITrainer, TorchTrainer
 from kf_jupyter.backends.local.config import LocalBackendConfig
 from kf_jupyter.client import TrainerClient
 from kf_jupyter.errors import BackendError, JobFailedError
+from kf_jupyter.options import Warm
 
 from . import waits
 from .waits import DEADLINE
@@ -527,14 +528,21 @@ def test_disk_full_under_torchrun(tiny_fs, tmp_path, record_property):
             num_proc_per_node=2,
             func_args={"ledger_dir": str(ledger_dir)},
         )
-        name = client.train(trainer)
+        # torchrun's own reporting is what this checks: the cold path (no warm pool).
+        name = client.train(trainer, options=[Warm(False)])
         job_dir = client.backend.jobs_dir / name
         wait_until(lambda d=ledger_dir: ledger_len(d, 0) > 0, what=f"run {run}: rank 0 printing")
         t0 = time.monotonic()
         with pytest.raises(JobFailedError, match="No space left on device") as err:
             client.wait_for_job_status(name, timeout=DEADLINE)
         to_failed.append(time.monotonic() - t0)
-        assert "(LogWriteFailed)" in str(err.value) and "(torchrun)" in str(err.value)
+        message = str(err.value)
+        assert "(LogWriteFailed)" in message, message
+        # Which comes first is a race: a process failing on the full disk (then the message
+        # names it, "node-0 (torchrun)"), or the supervisor's own write meeting ENOSPC (then
+        # no process has failed yet and none is named). Either way the job ends LogWriteFailed.
+        if "Process node-0" in message or "Rank " in message:
+            assert "(torchrun)" in message, message
         assert_no_leftovers(job_dir)
         checked += assert_ledger_kept(ledger_dir, job_dir, ranks=2, at_least=0)
         assert ledger_len(ledger_dir, 0) > 0

@@ -12,7 +12,9 @@ def load_ipython_extension(ipython: Any) -> None:
     """Register `KubeflowMagics` (configurable: `%config KubeflowMagics.backend = ...`)."""
     from .core import KubeflowMagics
 
-    ipython.register_magics(KubeflowMagics)
+    magics = KubeflowMagics(shell=ipython)
+    ipython.register_magics(magics)
+    magics.prestart()
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -1,11 +1,16 @@
-"""Turn a training cell into a function: indentation, syntax errors, free names.
+"""Turn a training cell into a program: a function, or a script; syntax errors, free names.
 
-The cell body becomes the body of `def <name>(<args>):`. Lines that continue a multi-line
-string literal are not indented (that would change the string). Everything here is pure.
+A cell with a top-level `return` (or `yield`) becomes the body of `def <name>(<args>):`, its
+return value the job's result. Any other cell is a script: it runs as module-level code of
+`__main__`, as `python cell.py` would (so classes pickle, `if __name__ == "__main__":` blocks
+and `from __future__` imports work as in a file). Either way the generated source keeps the
+cell's line numbers (the magic line is line 1). Lines that continue a multi-line string
+literal are not indented (that would change the string). Everything here is pure.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import io
 import symtable
@@ -45,6 +50,78 @@ class CellFunction:
     name: str
     args: tuple[str, ...]
     free_names: tuple[str, ...]
+    #: The script the job runs when the cell has no top-level return ('' for a function).
+    script_source: str = ""
+
+    @property
+    def is_script(self) -> bool:
+        """The cell runs as module-level code (`__main__`), not as a function."""
+        return bool(self.script_source)
+
+
+#: sys.argv[0] of a training cell in the job (argparse prints it as the program's name).
+CELL_ARGV0 = "cell.py"
+
+
+def _returns_at_top(tree: ast.Module) -> bool:
+    """A `return`/`yield` outside any def, lambda or class: the cell is a function body."""
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return | ast.Yield | ast.YieldFrom):
+            return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _future_imports(tree: ast.Module) -> list[tuple[int, int, str]]:
+    """(first line, last line, text) of the leading `from __future__ import ...` statements.
+
+    Empty when none, or when one shares a line with other code (then it is not moved).
+    """
+    stmts = list(tree.body)
+    if stmts and isinstance(stmts[0], ast.Expr) and isinstance(stmts[0].value, ast.Constant):
+        stmts = stmts[1:] if isinstance(stmts[0].value.value, str) else stmts
+    out: list[tuple[int, int, str]] = []
+    for st in stmts:
+        if not (isinstance(st, ast.ImportFrom) and st.module == "__future__"):
+            break
+        names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in st.names)
+        out.append((st.lineno, st.end_lineno or st.lineno, f"from __future__ import {names}"))
+    lines = {n for first, last, _ in out for n in range(first, last + 1)}
+    for st in tree.body:
+        if not (isinstance(st, ast.ImportFrom) and st.module == "__future__"):
+            if lines & set(range(st.lineno, (st.end_lineno or st.lineno) + 1)):
+                return []
+    return out
+
+
+def _hoisted(body: str, header: str, futures: list[tuple[int, int, str]]) -> str:
+    """`header` + body with the `from __future__` imports moved to line 1, lines kept.
+
+    Line 1 (the magic line's) holds the imports, the def takes the first import's line, the
+    other import lines stay blank; what precedes the imports (comments, a docstring) stays at
+    module level.
+    """
+    keep = _continuation_lines(body)
+    lines = body.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    first = futures[0][0]
+    blank = {n for f, last, _ in futures for n in range(f, last + 1)}
+    out = ["; ".join(text for _, _, text in futures)]
+    for i, line in enumerate(lines, start=1):
+        if i < first:
+            out.append(line)
+        elif i == first:
+            out.append(header)
+        elif i in blank:
+            out.append("")
+        else:
+            out.append(line if (i in keep or not line.strip()) else "    " + line)
+    return "\n".join(out) + "\n"
 
 
 def _continuation_lines(body: str) -> set[int]:
@@ -165,12 +242,36 @@ def build_cell_function(
                 f"--args {a!r} is not a Python variable name; give names separated by commas, "
                 "for example --args lr,epochs."
             )
-    source = f"def {name}({', '.join(args)}):\n" + _indent(body)
+    try:
+        tree: ast.Module | None = ast.parse(body)
+    except SyntaxError:
+        tree = None  # compile() below reports it
+    header = f"def {name}({', '.join(args)}):"
+    futures = _future_imports(tree) if tree is not None else []
+    source = _hoisted(body, header, futures) if futures else header + "\n" + _indent(body)
+    if tree is not None and not _returns_at_top(tree):
+        return _cell_script(body, source, name, tuple(args))
     try:
         compile(source, "<training cell>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise CellSyntaxError(_syntax_message(exc, body)) from None
     return CellFunction(source, name, tuple(args), tuple(free_names(source, name)))
+
+
+def _cell_script(body: str, source: str, name: str, args: tuple[str, ...]) -> CellFunction:
+    """A cell without a top-level return: the script (one leading line for the magic line)."""
+    script = "\n" + body
+    try:
+        compile(script, "<training cell>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        if exc.offset:  # _syntax_message allows for the function form's 4-space indent
+            exc.offset += 4
+        raise CellSyntaxError(_syntax_message(exc, body)) from None
+    try:
+        names = tuple(free_names(source, name))
+    except SyntaxError:  # legal only at module level (`import *`): no free-name hints
+        names = ()
+    return CellFunction(source, name, args, names, script_source=script)
 
 
 def free_names(source: str, func_name: str = FUNC_NAME) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets import Any as AnyTrait
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
@@ -30,6 +30,7 @@ from ..trainers import TRAINER_CLASSES, BaseTrainer
 from ..types import COMPLETE, FAILED
 from .cell import build_cell_function, oversize_message, oversized_training_cell
 from .handle import JobHandle
+from .lineargs import print_help, split_script_args, wants_help
 
 
 def failure_error_text(name: str, failure: Any) -> str:
@@ -50,7 +51,13 @@ class KFMagicError(Exception):
 
 
 def _parse_args(magic: Any, line: str) -> Any:
-    """Parse a magic line; an unbalanced quote is a UsageError like any other bad flag."""
+    """Parse a magic line; an unbalanced quote is a UsageError like any other bad flag.
+
+    `-h` / `--help` prints the magic's usage and gives None (the caller then does nothing).
+    """
+    if wants_help(line):
+        print_help(magic)
+        return None
     try:
         return ma.parse_argstring(magic, line)
     except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
@@ -91,7 +98,17 @@ def _training_args(framework: str) -> Any:
                 "-p", "--num-proc-per-node", type=int, default=None, help="processes per node"
             )
         )
+    if framework in ("jax", "xgboost"):
+        decorators.append(
+            ma.argument(
+                "--no-setup",
+                action="store_true",
+                help="the code does its own "
+                + ("jax.distributed.initialize" if framework == "jax" else "tracker/communicator"),
+            )
+        )
     decorators += [
+        ma.argument("script", nargs="?", default=None, help="line form: a Python file to run"),
         ma.argument("--backend", choices=("local", "kubernetes"), default=None),
         ma.argument("--namespace", default=None, help="Kubernetes namespace"),
         ma.argument("--runtime", default=None, help="training runtime name"),
@@ -116,6 +133,9 @@ def _training_args(framework: str) -> Any:
         ma.argument("-o", "--out", default=None, help="variable that receives the job handle"),
         ma.argument("--timeout", type=float, default=None, help="seconds to follow the job"),
         ma.argument("--cancel-on-interrupt", action="store_true", default=None),
+        ma.argument(
+            "--no-warm", action="store_true", help="local: start the ranks cold, not from the pool"
+        ),
     ]
 
     def apply(func: Any) -> Any:
@@ -204,6 +224,12 @@ class KubeflowMagics(Magics):
         ("auto", "on", "off"), default_value="auto", help="show the job monitor widget"
     ).tag(config=True)
     buffer_lines = Int(400, help="log lines the monitor keeps in view").tag(config=True)
+    warm = Bool(True, help="local: start ranks from the warm pool (docs/local-backend.md)").tag(
+        config=True
+    )
+    warm_prestart = Bool(
+        True, help="local: start the torch pool when the extension loads (if torch is installed)"
+    ).tag(config=True)
     runtime_config = AnyTrait(None, help="session RuntimeConfig (set by %kf_config)")
     options = AnyTrait(None, help="session options list (set by %kf_config)")
 
@@ -223,7 +249,7 @@ class KubeflowMagics(Magics):
         key = (
             (backend, namespace, self.kubeconfig, self.context)
             if backend == "kubernetes"
-            else (backend, None, None, None)
+            else (backend, None, None, str(self.warm))
         )
         if key not in self._clients:
             from ..client import TrainerClient
@@ -239,7 +265,7 @@ class KubeflowMagics(Magics):
             else:
                 from ..backends.local.config import LocalBackendConfig
 
-                self._clients[key] = TrainerClient(LocalBackendConfig())
+                self._clients[key] = TrainerClient(LocalBackendConfig(warm=self.warm))
         return self._clients[key]
 
     def use_widgets(self) -> bool:
@@ -263,31 +289,62 @@ class KubeflowMagics(Magics):
     # -- training cells ------------------------------------------------------------------------
 
     @_training_args("torch")
-    @cell_magic
-    def torchtrain(self, line: str, cell: str) -> None:
-        """Run the cell as a PyTorch distributed job (torchrun on every node)."""
+    @line_cell_magic
+    def torchtrain(self, line: str, cell: str | None = None) -> None:
+        """Run the cell, or a script file (line form), as a PyTorch job (torchrun on every node).
+
+        Everything after ` -- ` is the program's sys.argv[1:]: %%torchtrain -n 2 -- --epochs 3
+        (cell), %torchtrain train.py -n 2 -- --epochs 3 (a script file, line form).
+        """
         return self._train_magic("torch", self.torchtrain, line, cell)
 
     @_training_args("mpi")
-    @cell_magic
-    def mpitrain(self, line: str, cell: str) -> None:
-        """Run the cell as an MPI job (mpirun over num_nodes x num_proc_per_node slots)."""
+    @line_cell_magic
+    def mpitrain(self, line: str, cell: str | None = None) -> None:
+        """Run the cell, or a script file (line form), as an MPI job (mpirun over all slots).
+
+        Everything after ` -- ` is the program's sys.argv[1:]: %%mpitrain -n 2 -- --epochs 3
+        (cell), %mpitrain train.py -n 2 -- --epochs 3 (a script file, line form).
+        """
         return self._train_magic("mpi", self.mpitrain, line, cell)
 
     @_training_args("jax")
-    @cell_magic
-    def jaxtrain(self, line: str, cell: str) -> None:
-        """Run the cell as a JAX multi-process job (one process per node)."""
+    @line_cell_magic
+    def jaxtrain(self, line: str, cell: str | None = None) -> None:
+        """Run the cell, or a script file (line form), as a JAX job (one process per node).
+
+        Everything after ` -- ` is the program's sys.argv[1:]: %%jaxtrain -n 2 -- --epochs 3
+        (cell), %jaxtrain train.py -n 2 -- --epochs 3 (a script file, line form).
+        """
         return self._train_magic("jax", self.jaxtrain, line, cell)
 
     @_training_args("xgboost")
-    @cell_magic
-    def xgboosttrain(self, line: str, cell: str) -> None:
-        """Run the cell as a distributed XGBoost job (tracker on rank 0)."""
+    @line_cell_magic
+    def xgboosttrain(self, line: str, cell: str | None = None) -> None:
+        """Run the cell, or a script file (line form), as an XGBoost job (tracker on rank 0).
+
+        Everything after ` -- ` is the program's sys.argv[1:]: %%xgboosttrain -n 2 -- --rounds 3
+        (cell), %xgboosttrain train.py -n 2 -- --rounds 3 (a script file, line form).
+        """
         return self._train_magic("xgboost", self.xgboosttrain, line, cell)
 
-    def _train_magic(self, framework: str, magic: Any, line: str, cell: str) -> None:
-        args = _parse_args(magic, line)
+    def _train_magic(self, framework: str, magic: Any, line: str, cell: str | None) -> None:
+        flags, script_args = split_script_args(line)
+        args = _parse_args(magic, flags)
+        if args is None:
+            return None
+        args.script_args = script_args
+        form = f"%%{magic.__name__}" if cell is not None else f"%{magic.__name__}"
+        if cell is not None and args.script:
+            raise UsageError(
+                f"{form} takes no script path ({args.script!r}): the cell is the program. To run "
+                f"a file, use the line form on its own line: %{magic.__name__} {args.script} ..."
+            )
+        if cell is None and not args.script:
+            raise UsageError(
+                f"{form} needs a Python file to run, for example %{magic.__name__} train.py -n 2 "
+                f"-- --epochs 3; or write the code in a cell under %%{magic.__name__}."
+            )
         return self._guard(self._train, framework, args, cell)
 
     def _user_value(self, var: str, flag: str) -> Any:
@@ -375,24 +432,36 @@ class KubeflowMagics(Magics):
         out = list(opts or [])
         if args.name:
             out.append(Name(args.name))
+        if getattr(args, "no_warm", False):
+            from ..options import Warm
+
+            out.append(Warm(False))
         return out
 
-    def _trainer(self, framework: str, args: Any, cell: str) -> BaseTrainer:
-        names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
+    def _program(self, args: Any, cell: str | None, names: tuple[str, ...]) -> dict[str, Any]:
+        """The trainer's program: a script file (line form), or the cell as script or function."""
+        from ..script import Script
+        from .cell import CELL_ARGV0
+
+        program: dict[str, Any] = {"script_args": list(args.script_args) or None}
+        if cell is None:
+            program["script"] = args.script
+            return program
         cf = build_cell_function(cell, names)
+        self._warn_free_names(cf)
+        if cf.is_script:
+            program["script"] = Script(cf.script_source, CELL_ARGV0)
+        else:
+            program["func"] = self._make_function(cf.source, cf.name)
+            program["func"].__kf_argv0__ = CELL_ARGV0
+        return program
+
+    def _trainer(self, framework: str, args: Any, cell: str | None) -> BaseTrainer:
+        names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
+        program = self._program(args, cell, names)
         func_args = self._func_args(names)
-        if cf.free_names:
-            known = [n for n in cf.free_names if n in self.shell.user_ns]
-            hint = f" Pass notebook variables with --args {','.join(known)}." if known else ""
-            print(
-                f"kf-jupyter warning: the cell uses {', '.join(repr(n) for n in cf.free_names)} "
-                "without defining or importing it; in the job these names are undefined "
-                f"(NameError). Define or import them inside the cell.{hint}",
-                file=sys.stderr,
-            )
-        func = self._make_function(cf.source, cf.name)
         kwargs: dict[str, Any] = {
-            "func": func,
+            **program,
             "func_args": func_args or None,
             "num_nodes": args.num_nodes or self.num_nodes,
             "resources_per_node": _resources(args.resources),
@@ -402,9 +471,24 @@ class KubeflowMagics(Magics):
             kwargs["num_proc_per_node"] = args.num_proc_per_node or self.num_proc_per_node
         if framework == "torch" and args.max_restarts is not None:
             kwargs["max_restarts"] = args.max_restarts
+        if framework == "jax" and args.no_setup:
+            kwargs["initialize_distributed"] = False
+        if framework == "xgboost" and args.no_setup:
+            kwargs["setup_collective"] = False
         return TRAINER_CLASSES[framework](**kwargs)
 
-    def _train(self, framework: str, args: Any, cell: str) -> None:
+    def _warn_free_names(self, cf: Any) -> None:
+        if cf.free_names:
+            known = [n for n in cf.free_names if n in self.shell.user_ns]
+            hint = f" Pass notebook variables with --args {','.join(known)}." if known else ""
+            print(
+                f"kf-jupyter warning: the cell uses {', '.join(repr(n) for n in cf.free_names)} "
+                "without defining or importing it; in the job these names are undefined "
+                f"(NameError). Define or import them inside the cell.{hint}",
+                file=sys.stderr,
+            )
+
+    def _train(self, framework: str, args: Any, cell: str | None) -> None:
         trainer = self._trainer(framework, args, cell)
         rc = _with_workspace(self._runtime_config(args), args)
         options = self._options(args)
@@ -663,6 +747,8 @@ class KubeflowMagics(Magics):
     def kf_backend(self, line: str) -> None:
         """Show or set the session's default backend and namespace."""
         args = _parse_args(self.kf_backend, line)
+        if args is None:
+            return None
         if args.backend:
             self.backend = args.backend
         if args.namespace is not None:
@@ -677,6 +763,8 @@ class KubeflowMagics(Magics):
     def kf_runtimes(self, line: str) -> None:
         """List the training runtimes (optionally of one framework)."""
         args = _parse_args(self.kf_runtimes, line)
+        if args is None:
+            return None
         from .render import RUNTIME_HEADERS, runtime_rows
 
         runtimes = self._guard(lambda: self.client(args.backend).list_runtimes(args.framework))
@@ -688,6 +776,8 @@ class KubeflowMagics(Magics):
     def kf_jobs(self, line: str) -> None:
         """List the jobs: name, framework, backend, status, nodes, age, and actions."""
         args = _parse_args(self.kf_jobs, line)
+        if args is None:
+            return None
         from .render import JOB_HEADERS, job_rows
 
         jobs = self._guard(lambda: self.client(args.backend).list_jobs())
@@ -729,6 +819,8 @@ class KubeflowMagics(Magics):
     def kf_logs(self, line: str) -> None:
         """Print a job's logs (`-f` follows until the job ends; interrupt to stop)."""
         args = _parse_args(self.kf_logs, line)
+        if args is None:
+            return None
 
         def run() -> None:
             client = self.client(args.backend)
@@ -751,6 +843,8 @@ class KubeflowMagics(Magics):
         """Show a job's monitor here: live while it runs (re-attach from any notebook or after
         a kernel restart; the cell does not wait), its static rendering once it ended."""
         args = _parse_args(self.kf_monitor, line)
+        if args is None:  # --help was printed
+            return None
 
         def run() -> None:
             from ..types import TERMINAL
@@ -802,8 +896,60 @@ class KubeflowMagics(Magics):
     def kf_delete(self, line: str) -> None:
         """Delete a job and stop its processes."""
         args = _parse_args(self.kf_delete, line)
+        if args is None:
+            return None
         self._guard(lambda: self.client(args.backend).delete_job(args.name))
         print(f"Deleted job {args.name}.")
+
+    @ma.magic_arguments()
+    @ma.argument("--stop", action="store_true", help="stop every pool process now")
+    @ma.argument("--start", default=None, help="start the pool of a framework: torch, jax, xgboost")
+    @line_magic
+    def kf_pool(self, line: str) -> None:
+        """The local warm pool: one process per interpreter and framework, with its memory."""
+        args = _parse_args(self.kf_pool, line)
+        if args is None:  # --help was printed
+            return None
+        from ..backends.local.warm import pool as warm_pool
+
+        backend = self.client("local").backend
+        if args.stop:
+            n = warm_pool.stop_all(backend.state_dir)
+            print(f"kf-jupyter: stopped {n} warm pool process(es).")
+            return
+        if args.start:
+            if args.start not in warm_pool.PRELOAD:
+                raise _fail(f"--start takes one of {', '.join(warm_pool.PRELOAD)}")
+            self._guard(lambda: backend.prestart_pool(args.start))
+        from .render import pool_rows
+
+        pools = warm_pool.list_pools(backend.state_dir)
+        state = "on" if self.warm else "off (%config KubeflowMagics.warm = True turns it on)"
+        print(
+            f"kf-jupyter warm pool: {state}; pool processes end after "
+            f"{backend.config.warm_idle_seconds:.0f} s idle or with this kernel."
+        )
+        self._table(
+            ("framework", "pid", "state", "launches", "RSS", "USS", "fds", "python"),
+            pool_rows(pools),
+            "No pool process runs (the next torch/JAX/XGBoost job starts one).",
+        )
+
+    def prestart(self) -> None:
+        """Start the torch pool in the background when the extension loads (if torch is there)."""
+        if not (self.warm and self.warm_prestart) or self.backend != "local":
+            return
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            return
+        import threading
+
+        def run() -> None:
+            with contextlib.suppress(Exception):
+                self.client("local").backend.prestart_pool("torch")
+
+        threading.Thread(target=run, name="kf-jupyter-prestart", daemon=True).start()
 
     @ma.magic_arguments()
     @ma.argument("--reset", action="store_true", help="clear the session RuntimeConfig and options")
@@ -811,6 +957,8 @@ class KubeflowMagics(Magics):
     def kf_config(self, line: str) -> Any:
         """Show the RuntimeConfig and pod-override forms; Apply sets the session defaults."""
         args = _parse_args(self.kf_config, line)
+        if args is None:
+            return None
         if args.reset:
             self.runtime_config = None
             self.options = None

@@ -74,7 +74,7 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], raw_cols: 
     )
 
 
-JOB_HEADERS = ("name", "framework", "backend", "status", "nodes", "age", "cause")
+JOB_HEADERS = ("name", "framework", "backend", "status", "nodes", "age", "start", "cause")
 
 
 def job_cause(job: Any, width: int = 80) -> str:
@@ -88,12 +88,15 @@ def job_cause(job: Any, width: int = 80) -> str:
 
 
 def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
-    """Rows of the jobs table (name, framework, backend, status, nodes, age, cause)."""
+    """Rows of the jobs table (name, framework, backend, status, nodes, age, warm/cold start,
+    cause)."""
     rows = []
     for j in sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC)):
         nodes = str(j.num_nodes)
         if j.num_proc_per_node:
             nodes += f"x{j.num_proc_per_node}"
+        warm = getattr(j, "warm", None)
+        start = "-" if warm is None else ("warm" if warm else "cold")
         rows.append(
             [
                 j.name,
@@ -102,10 +105,32 @@ def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
                 j.status,
                 nodes,
                 age(j.creation_time),
+                start,
                 job_cause(j),
             ]
         )
     return rows
+
+
+def _mib(value: Any) -> str:
+    return "-" if value is None else f"{int(value) / 2**20:.0f} MiB"
+
+
+def pool_rows(pools: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Rows of the warm-pool table (framework, pid, state, launches, RSS, USS, fds, python)."""
+    return [
+        [
+            str(p.get("framework", "?")),
+            str(p.get("pid") or "-"),
+            str(p.get("state", "?")) if p.get("alive") else "gone",
+            str(p.get("launches", 0)),
+            _mib(p.get("rss_bytes")),
+            _mib(p.get("uss_bytes")),
+            "-" if p.get("fds") is None else str(p["fds"]),
+            str(p.get("python", "")),
+        ]
+        for p in pools
+    ]
 
 
 RUNTIME_HEADERS = ("name", "framework", "policy", "nodes", "image", "note")

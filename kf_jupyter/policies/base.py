@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .. import program
+from .. import own_setup, program
 from ..constants import DEFAULT_MASTER_PORT
 
 
@@ -51,6 +51,9 @@ class Payload:
     runner: str
     packages: tuple[str, ...] = ()
     index_urls: tuple[str, ...] = ()
+    #: The program's sys.argv[0] ('' = the shipped file) and sys.argv[1:] (script arguments).
+    argv0: str = ""
+    argv: tuple[str, ...] = ()
 
 
 class Policy:
@@ -70,18 +73,23 @@ class Policy:
         """The runner's set-up step for this trainer (`none` when the user opted out)."""
         return self.setup
 
+    def setup_step(self, trainer: object, payload: Payload) -> str:
+        """The set-up step the runner does: the policy's, unless turned off or done by the code."""
+        return own_setup.setup_step(self.runner_setup(trainer), payload.source)
+
+    def invocation(self, trainer: object, payload: Payload) -> list[str]:
+        """The runner's arguments (shell words): what to run, the set-up, the program's argv."""
+        return program.runner_invocation(
+            payload.func_name, self.setup_step(trainer, payload), payload.argv0, payload.argv
+        )
+
     def script(self, trainer: object, payload: Payload) -> str:
         """The bash script of `spec.trainer.command` (`bash -c SCRIPT`)."""
         body = (
             "set -e\n"
             + program.pip_prelude(payload.packages, payload.index_urls)
             + program.materialise(payload.source, payload.args_json, payload.runner)
-            + " ".join(
-                [
-                    *self.launcher(trainer),
-                    *program.runner_invocation(payload.func_name, self.runner_setup(trainer)),
-                ]
-            )
+            + " ".join([*self.launcher(trainer), *self.invocation(trainer, payload)])
             + "\n"
         )
         return program.check_size(body)

@@ -34,13 +34,7 @@ class MPIPolicy(Policy):
                 payload.runner,
                 subdir="/rank-${OMPI_COMM_WORLD_RANK:-0}",
             )
-            + " ".join(
-                [
-                    "exec",
-                    "python3",
-                    *program.runner_invocation(payload.func_name, self.runner_setup(trainer)),
-                ]
-            )
+            + " ".join(["exec", "python3", *self.invocation(trainer, payload)])
             + "\n"
         )
         # Index URLs reach ranks on other nodes through the environment (-x NAME forwards it

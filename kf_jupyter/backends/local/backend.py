@@ -47,10 +47,12 @@ from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
 from .logs import iter_records
 from .runtimes import canonical_name, check_emulable, find_runtime, local_runtimes
+from .warm import pool as warm_pool
 
 log = logging.getLogger("kf_jupyter.local")
 
 WAIT_POLL_SECONDS = 0.02
+WARM_ANNOTATION = "kf-jupyter.io/warm"
 DELETE_WAIT_SECONDS = 8.0
 
 
@@ -123,7 +125,13 @@ class LocalBackend:
 
     def job_dir(self, name: str) -> Path:
         """The folder of job `name` (JobNotFoundError when there is none)."""
-        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        if (
+            not isinstance(name, str)
+            or not name
+            or "/" in name
+            or name.startswith(".")
+            or len(name.encode("utf-8", "surrogatepass")) > 255  # no file name is longer
+        ):
             raise JobNotFoundError(f"No local job named {name!r}.")
         path = self.jobs_dir / name
         if not (path / "status.json").exists():
@@ -312,6 +320,43 @@ class LocalBackend:
             env[WS_ENV_DIR] = str(jd / "workspace")
         return env
 
+    def prestart_pool(self, framework: str = "torch") -> warm_pool.Pool | None:
+        """Start the warm pool a default job of `framework` would use (None if it has none)."""
+        if not self.config.warm or framework not in warm_pool.PRELOAD:
+            return None
+        python = self._python()
+        bindirs = [os.path.dirname(python)]
+        env = {
+            **os.environ,
+            "PATH": os.pathsep.join([*bindirs, os.environ.get("PATH", os.defpath)]),
+        }
+        launcher = warm_pool.LAUNCHER[framework]
+        interp = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
+        if interp is None:
+            return None
+        pool = warm_pool.pool_for(self.state_dir, interp, framework, env)
+        warm_pool.ensure_started(
+            pool, env, self.config.warm_idle_seconds, self.config.warm_max_pools
+        )
+        return pool
+
+    def _warm_pool(
+        self, manifest: dict[str, Any], plan: LaunchPlan, env: dict[str, str]
+    ) -> tuple[warm_pool.Pool | None, str]:
+        """The warm pool for this job's nodes, or None and why the job starts cold."""
+        if not self.config.warm:
+            return None, "warm starts are off (LocalBackendConfig(warm=False))"
+        annotations = (manifest.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(WARM_ANNOTATION) == "false":
+            return None, "warm starts are off for this job (Warm(False))"
+        launcher = warm_pool.LAUNCHER.get(plan.policy)
+        if launcher is None:
+            return None, f"the {plan.policy} policy's launcher starts its own ranks"
+        python = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
+        if python is None:
+            return None, f"the interpreter of {launcher} on the job's PATH is not known"
+        return warm_pool.pool_for(self.state_dir, python, plan.policy, env), ""
+
     def _launch(
         self,
         jd: Path,
@@ -326,6 +371,21 @@ class LocalBackend:
         name = plan.job_name
         for sub in ("logs", "tmp", "work"):
             (jd / sub).mkdir(mode=sv.PRIVATE_DIR)
+        envs = [
+            self._process_env(plan, i, jd, python, provided) for i in range(len(plan.processes))
+        ]
+        # The supervisor starts each process with its own environment plus these.
+        node_env = {**os.environ, **envs[0]} if envs else {}
+        pool, cold_why = self._warm_pool(manifest, plan, node_env) if envs else (None, "")
+        if pool is not None:
+            try:
+                warm_pool.ensure_started(
+                    pool, node_env, self.config.warm_idle_seconds, self.config.warm_max_pools
+                )
+                for env in envs:
+                    env.update(warm_pool.warm_env(self.state_dir, pool, env["PATH"]))
+            except OSError as exc:
+                cold_why = f"the warm pool could not start ({exc})"
         spawn = {
             "job": name,
             "cwd": cwd,
@@ -336,7 +396,7 @@ class LocalBackend:
                     "name": p.name,
                     "node_index": p.node_index,
                     "argv": p.argv,
-                    "env": self._process_env(plan, i, jd, python, provided),
+                    "env": envs[i],
                     "files": p.files,
                 }
                 for i, p in enumerate(plan.processes)
@@ -368,6 +428,8 @@ class LocalBackend:
             },
         )
         sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
+        if cold_why:
+            sv.append_event(str(jd), "Normal", "ColdStart", f"every node starts cold: {cold_why}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         with os.fdopen(sv.private_open(str(jd / "supervisor.log"), flags), "ab") as out:
             proc = subprocess.Popen(
@@ -451,7 +513,28 @@ class LocalBackend:
             completion_time=_time(st.get("finished")),
             steps=steps,
             failure=failure_from_dict(st.get("failure")),
+            warm=self._warm_state(st["name"]),
         )
+
+    def _warm_state(self, name: str) -> bool | None:
+        """True if every node started warm, False if one started cold, None before they start."""
+        jd = self.job_dir(name)
+        states = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(jd):
+                if entry.name.startswith("warm-node-") and entry.name.endswith(".json"):
+                    with contextlib.suppress(OSError, ValueError):
+                        states.append(bool(sv.read_json(entry.path).get("warm")))
+        if not states:
+            return False if (jd / "events.jsonl").exists() and self._cold_event(jd) else None
+        return all(states)
+
+    @staticmethod
+    def _cold_event(jd: Path) -> bool:
+        with contextlib.suppress(OSError):
+            with open(jd / "events.jsonl", encoding="utf-8") as fh:
+                return any('"ColdStart"' in line for line in fh)
+        return False
 
     def get_job(self, name: str) -> TrainJob:
         """The job as its status file says (Failed/SupervisorLost if its supervisor vanished)."""

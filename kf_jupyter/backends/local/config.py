@@ -26,11 +26,18 @@ class LocalBackendConfig:
         starts (default: the caller's working directory at train() time; with
         RuntimeConfig(workspace=False) the processes run in this folder itself).
     python: interpreter whose environment jobs use (default: the kernel's, sys.executable).
+    warm: start torch, JAX and XGBoost ranks from the warm pool (docs/local-backend.md); off
+        with False, or per job with the `Warm(False)` option.
+    warm_idle_seconds: a pool process ends after this long without a launch.
+    warm_max_pools: at most this many pool processes at once (the least recently used goes).
     """
 
     state_dir: str | Path | None = None
     cwd: str | Path | None = None
     python: str | None = None
+    warm: bool = True
+    warm_idle_seconds: float = 600.0
+    warm_max_pools: int = 3
 
     @property
     def resolved_state_dir(self) -> Path:

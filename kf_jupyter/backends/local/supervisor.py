@@ -660,8 +660,24 @@ class Supervisor:
                 p.wait(timeout=1)
         self._reap()
 
+    def _warm_nodes(self) -> list[tuple[int, float]]:
+        """The node processes the warm pool forked for this job (children of the pool, not ours)."""
+        out = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.job_dir):
+                if entry.name.startswith("warm-node-") and entry.name.endswith(".json"):
+                    with contextlib.suppress(OSError, ValueError, TypeError):
+                        pid = int(read_json(entry.path).get("pid") or 0)
+                        ct = process_identity(pid) if pid else None
+                        if ct is not None:
+                            out.append((pid, ct))
+        return out
+
     def _take_snapshot(self) -> None:
-        snap = descendants([p.pid for p in self.procs.values()])
+        warm = self._warm_nodes()
+        snap = sorted(
+            {*descendants([p.pid for p in self.procs.values()] + [w for w, _ in warm]), *warm}
+        )
         if snap != self.snapshot:
             self.snapshot = snap
 

@@ -1,0 +1,498 @@
+"""What a process forked from the warm pool runs (standard library; torch only where torch runs).
+
+`child_main` turns the forked child into the node the cold path would have started: a new
+session, the shim's stdin/stdout/stderr, exactly the header's environment, working directory and
+argv. Then either
+
+- `python3 SCRIPT ARGS...`: the script runs as `__main__`, as `python3 -u SCRIPT` would; or
+- `torchrun [--max-restarts 0] [--monitor-interval S] SCRIPT ARGS...`: this process plays
+  torchrun's agent for a static rendezvous (the PET_* variables): node 0 hosts the agent store
+  on PET_MASTER_ADDR:PET_MASTER_PORT, every rank is forked from here with the environment
+  torchrun's LocalElasticAgent gives its workers, the first rank to fail stops the others and
+  the node ends with exit code 1 after a torchrun-style "Root Cause" summary, and nodes leave
+  together through an exit barrier on the store (as torchrun does).
+
+`unsupported(header)` names what the warm path does not do (restarts, elastic sizes, another
+rendezvous backend, a command other than a script...): the shim then runs the real program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+
+TORCH_WORKER_GRACE = 30.0  # torchrun's _shutdown timeout for its workers
+EXIT_BARRIER_SECONDS = 300.0  # torchrun's exit_barrier_timeout
+EXIT_KEY = "kf-jupyter/warm/exit"
+PR_SET_PDEATHSIG = 1
+_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+class _Stop(Exception):
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def parse_torchrun(args):
+    """(max_restarts, monitor_interval, script, script_args), or a str saying why not."""
+    max_restarts = 0
+    monitor = None
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        word = args[i]
+        name, eq, value = word.partition("=")
+        if name in ("--max-restarts", "--max_restarts", "--monitor-interval", "--monitor_interval"):
+            if not eq:
+                if i + 1 >= len(args):
+                    return f"torchrun option {name} has no value"
+                value = args[i + 1]
+                i += 1
+            try:
+                if "restarts" in name:
+                    max_restarts = int(value)
+                else:
+                    monitor = float(value)
+            except ValueError:
+                return f"torchrun option {name}={value!r} is not a number"
+        else:
+            return f"torchrun option {name} is not handled by the warm path"
+        i += 1
+    if i >= len(args):
+        return "torchrun was given no script"
+    if max_restarts:
+        return (
+            f"max_restarts={max_restarts}: torchrun restarts failed workers, which the warm "
+            "path does not do"
+        )
+    return (max_restarts, monitor, args[i], list(args[i + 1 :]))
+
+
+def unsupported(header):
+    """Why this launch must run cold (None: it can run warm)."""
+    mode = header.get("mode")
+    argv = list(header.get("argv") or [])
+    env = header.get("env") or {}
+    if mode == "python":
+        if len(argv) < 2 or argv[1].startswith("-") or not argv[1].endswith(".py"):
+            return "the command is not `python3 SCRIPT.py ...`"
+        return None
+    if mode != "torchrun":
+        return f"unknown launch mode {mode!r}"
+    parsed = parse_torchrun(argv[1:])
+    if isinstance(parsed, str):
+        return parsed
+    if not parsed[2].endswith(".py"):
+        return "torchrun runs something other than a Python script"
+    for var in ("PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_STANDALONE", "PET_NO_PYTHON"):
+        if env.get(var):
+            return f"{var} is set (the warm path does static rendezvous only)"
+    for var in ("PET_NNODES", "PET_NPROC_PER_NODE"):
+        value = env.get(var, "")
+        if not value.isdigit() or int(value) < 1:
+            return f"{var}={value!r} (the warm path needs a fixed number)"
+    if not env.get("PET_NODE_RANK", "0").isdigit():
+        return "PET_NODE_RANK is not a number"
+    return None
+
+
+# ----------------------------------------------------------------------------- the child
+
+
+#: Environment variables the pool's imports set (re-set in every child, as its imports would).
+SET_BY_IMPORTS: dict = {}
+
+
+def prepare_parent(preload, set_by_imports=None):
+    """Called once in the pool process after its imports (nothing that starts threads)."""
+    SET_BY_IMPORTS.clear()
+    SET_BY_IMPORTS.update(set_by_imports or {})
+    import ctypes  # noqa: F401  (imported here, used after fork: no import in the child)
+    import traceback  # noqa: F401
+    import types  # noqa: F401
+
+
+def _pdeathsig():
+    """Die with the parent (the pool, or the node's agent): no rank outlives its launcher."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _reset_signals():
+    signal.set_wakeup_fd(-1)
+    for name in ("SIGCHLD", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGUSR1", "SIGUSR2"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, signal.SIG_IGN if name == "SIGPIPE" else signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _fresh_stdio():
+    """stdin/stdout/stderr over fds 0-2, as `python -u` has them (unbuffered, write-through)."""
+    import io
+
+    def text(fd, mode):
+        raw = io.FileIO(fd, mode, closefd=False)
+        if mode == "r":
+            return io.TextIOWrapper(
+                io.BufferedReader(raw), encoding=sys.stdin.encoding, errors=sys.stdin.errors
+            )
+        return io.TextIOWrapper(
+            raw,
+            encoding=sys.stdout.encoding if fd == 1 else sys.stderr.encoding,
+            errors=sys.stdout.errors if fd == 1 else "backslashreplace",
+            write_through=True,
+        )
+
+    sys.stdin = sys.__stdin__ = text(0, "r")
+    sys.stdout = sys.__stdout__ = text(1, "w")
+    sys.stderr = sys.__stderr__ = text(2, "w")
+
+
+def _set_environ(env):
+    os.environ.clear()
+    os.environ.update(env)
+    for key, value in SET_BY_IMPORTS.items():
+        os.environ.setdefault(key, value)
+
+
+def _fresh_state():
+    """What a new interpreter would not share with its siblings: RNG seeds, thread counts."""
+    nprand = sys.modules.get("numpy.random")
+    if nprand is not None:
+        with contextlib.suppress(Exception):
+            nprand.seed()
+    torch = sys.modules.get("torch")
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        with contextlib.suppress(Exception):
+            torch.set_num_threads(int(threads))
+
+
+def child_main(header, fds):
+    """The forked child: become the node, run it, return its exit code."""
+    _reset_signals()
+    os.setsid()
+    _pdeathsig()
+    for target, fd in zip((0, 1, 2), fds):
+        if fd != target:
+            os.dup2(fd, target)
+    for fd in set(fds):
+        if fd > 2:
+            os.close(fd)
+    os.chdir(header["cwd"])
+    os.umask(int(header.get("umask", 0o022)))
+    _set_environ(header["env"])
+    _fresh_stdio()
+    argv = list(header["argv"])
+    if header["mode"] == "python":
+        _wait_for_rank0_service(os.environ)
+        return run_script(argv[1:], python=argv[0])
+    return run_torchrun(argv[1:])
+
+
+def _listening(port):
+    """Some socket on this machine listens on TCP `port` (read from /proc/net, no connection)."""
+    want = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh, None)
+                for line in fh:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[1].endswith(want) and fields[3] == "0A":
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_for_rank0_service(env, timeout=5.0):
+    """Let rank 0 open the XGBoost tracker / JAX coordinator before the other ranks dial it.
+
+    Warm ranks all start within milliseconds; a worker that dials before rank 0 listens is
+    refused and XGBoost and JAX then back off for seconds. Locally every rank shares rank 0's
+    network, so this waits (at most `timeout`) until the port listens; nothing is connected.
+    """
+    port = None
+    if env.get("DMLC_TASK_ID", "0") != "0" and env.get("DMLC_TRACKER_PORT", "").isdigit():
+        port = int(env["DMLC_TRACKER_PORT"])
+    elif env.get("JAX_PROCESS_ID", "0") != "0" and env.get("JAX_COORDINATOR_ADDRESS"):
+        tail = env["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[-1]
+        port = int(tail) if tail.isdigit() else None
+    if port is None:
+        return
+    end = time.monotonic() + timeout
+    while not _listening(port) and time.monotonic() < end:
+        time.sleep(0.002)
+
+
+def _finish(code):
+    """End as the interpreter would (threads joined, atexit run, streams flushed), no C++ teardown."""
+    import atexit
+    import threading
+
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main and not thread.daemon:
+            with contextlib.suppress(Exception):
+                thread.join()
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def run_script(args, python=None, unbuffered=True):
+    """Run `args[0]` as `__main__` with `sys.argv = args` (never returns)."""
+    import builtins
+    import importlib.machinery
+    import traceback
+    import types
+
+    script = args[0]
+    sys.argv = list(args)
+    sys.orig_argv = [python or sys.executable, *(["-u"] if unbuffered else []), *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    mod = types.ModuleType("__main__")
+    mod.__file__ = script
+    mod.__builtins__ = builtins
+    mod.__cached__ = None
+    mod.__spec__ = None
+    mod.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+    sys.modules["__main__"] = mod
+    _fresh_state()
+    code = 0
+    try:
+        with open(script, "rb") as fh:
+            source = fh.read()
+        exec(compile(source, script, "exec"), mod.__dict__)
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code & 0xFF
+        else:
+            with contextlib.suppress(Exception):
+                print(exc.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 130
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    _finish(code)
+    return code
+
+
+# ----------------------------------------------------------------------------- torchrun's part
+
+
+def _worker_env(base, rank, local_rank, node_rank, nnodes, nproc, addr, port, run_id, err):
+    env = dict(base)
+    world = nnodes * nproc
+    env.update(
+        {
+            "RANK": str(rank),
+            "GROUP_RANK": str(node_rank),
+            "ROLE_RANK": str(rank),
+            "ROLE_NAME": "default",
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "WORLD_SIZE": str(world),
+            "GROUP_WORLD_SIZE": str(nnodes),
+            "ROLE_WORLD_SIZE": str(world),
+            "MASTER_ADDR": addr,
+            "MASTER_PORT": str(port),
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_RUN_ID": run_id,
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": base.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+            "LOCAL_RANK": str(local_rank),
+            "TORCHELASTIC_ERROR_FILE": err,
+        }
+    )
+    env.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", ",".join(_SIGNALS))
+    return env
+
+
+def _root_cause(script, rank, local_rank, code, pid):
+    host = os.uname().nodename
+    when = time.strftime("%Y-%m-%d_%H:%M:%S")
+    bar = "=" * 60
+    rule = "-" * 60
+    return (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        f"{bar}\n{script} FAILED\n{rule}\nFailures:\n  <NO_OTHER_FAILURES>\n{rule}\n"
+        "Root Cause (first observed failure):\n[0]:\n"
+        f"  time      : {when}\n  host      : {host}\n"
+        f"  rank      : {rank} (local_rank: {local_rank})\n"
+        f"  exitcode  : {code} (pid: {pid})\n  error_file: <N/A>\n"
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+        f"{bar}\n"
+    )
+
+
+def _exit_code(status):
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _stop_workers(pids, sig, grace):
+    for pid in list(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    end = time.monotonic() + grace
+    while pids and time.monotonic() < end:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            pids.clear()
+            break
+        if pid:
+            pids.pop(pid, None)
+        else:
+            time.sleep(0.005)
+    for pid in list(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    pids.clear()
+
+
+def run_torchrun(args):
+    """torchrun's agent for one node of a static world, with forked (warm) workers."""
+    import tempfile
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    _max_restarts, _monitor, script, script_args = parse_torchrun(args)
+    env = os.environ
+    nnodes = int(env["PET_NNODES"])
+    nproc = int(env["PET_NPROC_PER_NODE"])
+    node_rank = int(env.get("PET_NODE_RANK", "0") or 0)
+    addr = env.get("PET_MASTER_ADDR", "127.0.0.1")
+    port = int(env.get("PET_MASTER_PORT", "29500"))
+    run_id = env.get("PET_RDZV_ID", "none")
+    if nproc > 1 and "OMP_NUM_THREADS" not in env:
+        os.environ["OMP_NUM_THREADS"] = "1"  # what torchrun does (its banner is not printed)
+    os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", ",".join(_SIGNALS))
+
+    def on_signal(signum, frame):
+        raise _Stop(signum)
+
+    for name in _SIGNALS:
+        signal.signal(getattr(signal, name), on_signal)
+
+    pids = {}
+    try:
+        log_root = env.get("PET_LOG_DIR") or tempfile.mkdtemp(prefix="torchelastic_")
+        os.makedirs(log_root, exist_ok=True)
+        run_dir = tempfile.mkdtemp(prefix=f"{run_id}_", dir=log_root)
+        attempt = os.path.join(run_dir, "attempt_0")
+        base = dict(os.environ)
+        for local_rank in range(nproc):
+            rank = node_rank * nproc + local_rank
+            err_dir = os.path.join(attempt, str(local_rank))
+            os.makedirs(err_dir, exist_ok=True)
+            wenv = _worker_env(
+                base,
+                rank,
+                local_rank,
+                node_rank,
+                nnodes,
+                nproc,
+                addr,
+                port,
+                run_id,
+                os.path.join(err_dir, "error.json"),
+            )
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _reset_signals()
+                    _pdeathsig()
+                    _set_environ(wenv)
+                    run_script([script, *script_args], python=sys.executable)
+                finally:
+                    os._exit(1)
+            pids[pid] = (local_rank, rank)
+        # The agent store after the fork: no rank is forked from a process with the store's threads.
+        store = TCPStore(
+            addr,
+            port,
+            None,
+            node_rank == 0,
+            timedelta(seconds=EXIT_BARRIER_SECONDS),
+            wait_for_workers=False,
+        )
+        failure = None
+        while pids:
+            pid, status = os.wait()
+            info = pids.pop(pid, None)
+            if info is None:
+                continue
+            code = _exit_code(status)
+            if code != 0:
+                failure = (info, code, pid)
+                _stop_workers(pids, signal.SIGTERM, TORCH_WORKER_GRACE)
+                break
+        if failure is not None:
+            (local_rank, rank), code, pid = failure
+            sys.stderr.write(_root_cause(script, rank, local_rank, code, pid))
+            sys.stderr.flush()
+            return 1
+        if nnodes > 1:
+            _exit_barrier(store, nnodes, node_rank)
+        return 0
+    except _Stop as stop:
+        return _stopped(pids, stop.signum)
+    except Exception as exc:  # the store could not start (its port taken, ...): like torchrun
+        _stop_workers(pids, signal.SIGTERM, TORCH_WORKER_GRACE)
+        sys.stderr.write(f"torchrun (kf-jupyter warm start): {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        return 1
+
+
+def _exit_barrier(store, nnodes, node_rank):
+    """Nodes leave together, and node 0 (which hosts the store) leaves last."""
+    try:
+        store.add(EXIT_KEY, 1)
+        end = time.monotonic() + EXIT_BARRIER_SECONDS
+        while store.add(EXIT_KEY, 0) < nnodes and time.monotonic() < end:
+            time.sleep(0.005)
+        if node_rank == 0:
+            end = time.monotonic() + 10.0
+            while store.add(EXIT_KEY + "/left", 0) < nnodes - 1 and time.monotonic() < end:
+                time.sleep(0.005)
+        else:
+            store.add(EXIT_KEY + "/left", 1)
+    except Exception:
+        # The store is gone: node 0 left, so the job is ending; this node's ranks all succeeded.
+        pass
+
+
+def _stopped(pids, signum):
+    """A signal reached the agent: pass it to the ranks, then end killed by it (as torchrun)."""
+    for name in _SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    _stop_workers(pids, signum, TORCH_WORKER_GRACE)
+    sys.stderr.flush()
+    os.kill(os.getpid(), signum)
+    return 128 + signum

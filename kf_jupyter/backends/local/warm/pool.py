@@ -1,0 +1,393 @@
+"""The kernel's side of the warm pool: which pool process fits a job, starting one, its memory.
+
+A pool process is keyed by the interpreter the cold path would run (the `python3` found on the
+job's PATH, or the interpreter of its `torchrun`), the framework (what it imports), the state of
+that interpreter's `sys.path` folders (a package installed or removed changes their times, and so
+the key) and the environment variables that are read at import time (`PYTHON*`, `LD_*`, thread
+settings, `JAX_*`/`XLA_*` for JAX): a pool never serves a job whose interpreter, packages or
+import-time settings differ from its own. Pools live in `<state_dir>/warm/` (owner-only), belong
+to the process that started them (they end within a second of it once idle), and end after
+`idle_seconds` without a launch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: What each framework's pool imports before it forks.
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "torch": ("torch", "torch.distributed"),
+    "jax": ("jax", "jax.numpy"),
+    "xgboost": ("xgboost", "xgboost.collective", "xgboost.tracker"),
+}
+#: Launchers whose nodes can start warm, by policy.
+LAUNCHER: dict[str, str] = {"torch": "torchrun", "jax": "python3", "xgboost": "python3"}
+DEFAULT_IDLE_SECONDS = 600.0
+DEFAULT_MAX_POOLS = 3
+
+_IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "MALLOC_", "KMP_", "MKL_", "OPENBLAS_", "GOMP_")
+_PER_PROCESS = frozenset(
+    {
+        "PYTHONUNBUFFERED",
+        "JAX_PROCESS_ID",
+        "JAX_NUM_PROCESSES",
+        "JAX_COORDINATOR_ADDRESS",
+    }
+)
+_HERE = Path(__file__).resolve().parent
+_sys_path_cache: dict[str, list[str]] = {}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Where a pool process listens, and what it is."""
+
+    key: str
+    python: str
+    framework: str
+    socket: Path
+    meta: Path
+    log: Path
+
+
+def warm_dir(state_dir: Path) -> Path:
+    """The owner-only folder of the pool processes."""
+    d = Path(state_dir) / "warm"
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(OSError):
+        os.chmod(d, 0o700)
+    return d
+
+
+def _import_env(framework: str, env: Mapping[str, str]) -> dict[str, str]:
+    prefixes = _IMPORT_TIME_PREFIXES
+    if framework == "jax":
+        prefixes = (*prefixes, "JAX_", "XLA_", "OMP_")
+    elif framework == "xgboost":
+        prefixes = (*prefixes, "OMP_")
+    elif framework == "torch":
+        prefixes = (*prefixes, "TORCH_")
+    return {
+        k: v
+        for k, v in env.items()
+        if k.startswith(prefixes) and k not in _PER_PROCESS and not k.startswith("TORCHELASTIC_")
+    }
+
+
+def _sys_path(python: str, import_env: Mapping[str, str]) -> list[str]:
+    """The interpreter's sys.path with the job's import-time variables (PYTHONPATH, ...)."""
+    cache_key = json.dumps([python, sorted(import_env.items())])
+    if cache_key not in _sys_path_cache:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env.update({k: v for k, v in import_env.items() if k.startswith("PYTHON")})
+        try:
+            out = subprocess.run(
+                [python, "-c", "import json, sys; print(json.dumps(sys.path))"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+                env=env,
+            ).stdout
+            _sys_path_cache[cache_key] = [p for p in json.loads(out) if p]
+        except (OSError, subprocess.SubprocessError, ValueError):
+            _sys_path_cache[cache_key] = []
+    return _sys_path_cache[cache_key]
+
+
+def _packages_state(python: str, import_env: Mapping[str, str]) -> list[tuple[str, int]]:
+    """Modification times of the interpreter and of its package folders (site-/dist-packages,
+    where pip installs and removes, and editable installs put their .pth files)."""
+    state = []
+    with contextlib.suppress(OSError):
+        state.append((os.path.realpath(python), os.stat(python).st_mtime_ns))
+    for p in _sys_path(python, import_env):
+        if "site-packages" not in p and "dist-packages" not in p:
+            continue
+        with contextlib.suppress(OSError):
+            state.append((p, os.stat(p).st_mtime_ns))
+    return state
+
+
+def interpreter_for(program: str, path: list[str]) -> str | None:
+    """The interpreter the cold path runs for `program` on `path` (a script's shebang)."""
+    found = shutil.which(program, path=os.pathsep.join(path))
+    if found is None:
+        return None
+    if program.startswith("python"):
+        return found
+    try:
+        with open(found, "rb") as fh:
+            first = fh.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    words = first[2:].split()
+    if not words or "python" not in os.path.basename(words[0]) or len(words) > 1:
+        return None  # `#!/usr/bin/env python3` and friends: resolved by the shim's cold path
+    return words[0]
+
+
+def pool_key(python: str, framework: str, env: Mapping[str, str]) -> str:
+    """The key of the pool that may serve a node with this interpreter, framework and env."""
+    import_env = _import_env(framework, env)
+    data = json.dumps(
+        {
+            "python": python,
+            "framework": framework,
+            "preload": PRELOAD[framework],
+            "env": sorted(import_env.items()),
+            "packages": _packages_state(python, import_env),
+            "uid": os.getuid(),
+        },
+        sort_keys=True,
+    )
+    return f"{framework}-{hashlib.sha256(data.encode()).hexdigest()[:16]}"
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        import psutil
+
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+def socket_dir() -> Path:
+    """A short owner-only folder for the sockets (a Unix socket path holds at most 107 bytes)."""
+    import tempfile
+
+    base = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if not base or len(base) > 40 or not os.path.isdir(base):
+        base = tempfile.gettempdir()
+    d = Path(base) / f"kf-jupyter-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        d.mkdir(mode=0o700)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise OSError(
+            f"{d} is not a folder of this user with mode 0700; remove it, or set XDG_RUNTIME_DIR"
+        )
+    return d
+
+
+def pool_for(state_dir: Path, python: str, framework: str, env: Mapping[str, str]) -> Pool:
+    """The pool (running or not) for this interpreter, framework and environment."""
+    key = pool_key(python, framework, env)
+    d = warm_dir(state_dir)
+    where = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
+    sock = socket_dir() / f"{where}-{key}.sock"
+    return Pool(key, python, framework, sock, d / f"{key}.json", d / f"{key}.log")
+
+
+def ensure_started(
+    pool: Pool,
+    env: Mapping[str, str],
+    idle_seconds: float = DEFAULT_IDLE_SECONDS,
+    max_pools: int = DEFAULT_MAX_POOLS,
+) -> bool:
+    """Start the pool process unless it runs; True if it runs already (it may still import)."""
+    d = pool.meta.parent
+    lock = os.open(d / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        meta = _read_meta(pool.meta)
+        if meta and int(meta.get("pid") or 0) and _alive(int(meta["pid"])):
+            return True
+        if meta and not meta.get("pid") and time.time() - float(meta.get("created", 0)) < 5:
+            return True  # being started by another process right now
+        for stale in (pool.socket, pool.meta):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        _make_room(pool.meta.parent, max_pools - 1)
+        zenv = {k: v for k, v in os.environ.items() if not k.startswith("KF_JUPYTER_")}
+        for k in list(zenv):
+            if k in _import_env(pool.framework, zenv):
+                del zenv[k]
+        zenv.update(_import_env(pool.framework, env))
+        owner = os.getpid()
+        owner_ct = ""
+        with contextlib.suppress(Exception):
+            import psutil
+
+            owner_ct = repr(psutil.Process(owner).create_time())
+        # The meta file exists from now on, so a shim arriving early waits for the imports.
+        fd = os.open(pool.meta, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(
+                {"pid": 0, "state": "starting", "python": pool.python, "created": time.time()}, fh
+            )
+        logfd = os.open(pool.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            proc = subprocess.Popen(
+                [
+                    pool.python,
+                    str(_HERE / "zygote.py"),
+                    str(pool.socket),
+                    str(pool.meta),
+                    ",".join(PRELOAD[pool.framework]),
+                    str(owner),
+                    owner_ct or "none",
+                    repr(float(idle_seconds)),
+                ],
+                env=zenv,
+                cwd=str(d),
+                stdin=subprocess.DEVNULL,
+                stdout=logfd,
+                stderr=logfd,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            os.close(logfd)
+        _reap_later(proc)
+        return False
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+
+
+def _reap_later(proc: subprocess.Popen[bytes]) -> None:
+    import threading
+
+    threading.Thread(target=proc.wait, name="kf-jupyter-warm-reap", daemon=True).start()
+
+
+def _make_room(d: Path, keep: int) -> None:
+    """Stop the least recently used idle pools so that at most `keep` others run."""
+    pools = [p for p in list_pools(d.parent) if p.get("alive")]
+    pools.sort(key=lambda p: p.get("mtime", 0.0))
+    while len(pools) > max(0, keep):
+        victim = pools.pop(0)
+        stop_pool(Path(victim["meta_path"]))
+
+
+def shim_bin(state_dir: Path) -> Path:
+    """The folder of `torchrun` and `python3` shims put first on a warm job's PATH."""
+    d = warm_dir(state_dir) / "bin"
+    d.mkdir(exist_ok=True, mode=0o700)
+    for program in ("torchrun", "python3"):
+        text = (
+            "#!/bin/sh\n"
+            "# kf-jupyter warm start shim: hands the launch to the warm pool, or runs the real one.\n"
+            f'exec "$KF_JUPYTER_WARM_PYTHON" -I -S "$KF_JUPYTER_WARM_SHIM" {program} "$@"\n'
+        )
+        path = d / program
+        try:
+            current = path.read_text(encoding="utf-8")
+        except OSError:
+            current = None
+        if current != text:
+            tmp = d / f".{program}.{os.getpid()}.tmp"
+            tmp.write_text(text, encoding="utf-8")
+            os.chmod(tmp, 0o700)
+            os.replace(tmp, path)
+        elif stat.S_IMODE(path.stat().st_mode) != 0o700:
+            os.chmod(path, 0o700)  # e.g. a copied or hand-tightened store lost the exec bit
+    return d
+
+
+def warm_env(state_dir: Path, pool: Pool, path: str) -> dict[str, str]:
+    """What a warm node's environment adds: the shim folder first on PATH, the pool's socket."""
+    bindir = shim_bin(state_dir)
+    return {
+        "PATH": os.pathsep.join([str(bindir), path]),
+        "KF_JUPYTER_WARM_BIN": str(bindir),
+        "KF_JUPYTER_WARM_SOCKET": str(pool.socket),
+        "KF_JUPYTER_WARM_META": str(pool.meta),
+        "KF_JUPYTER_WARM_PYTHON": sys.executable,
+        "KF_JUPYTER_WARM_SHIM": str(_HERE / "shim.py"),
+        "KF_JUPYTER_WARM_FRAMEWORK": pool.framework,
+    }
+
+
+def list_pools(state_dir: Path) -> list[dict[str, Any]]:
+    """Every pool process of this state folder: framework, pid, state, launches, memory."""
+    d = Path(state_dir) / "warm"
+    out: list[dict[str, Any]] = []
+    if not d.is_dir():
+        return out
+    for meta_path in sorted(d.glob("*.json")):
+        meta = _read_meta(meta_path) or {}
+        pid = int(meta.get("pid") or 0)
+        info: dict[str, Any] = {
+            "key": meta_path.stem,
+            "framework": meta_path.stem.split("-", 1)[0],
+            "pid": pid,
+            "state": meta.get("state", "?"),
+            "python": meta.get("python", ""),
+            "launches": int(meta.get("served") or 0),
+            "alive": bool(pid) and _alive(pid),
+            "meta_path": str(meta_path),
+            "rss_bytes": None,
+            "uss_bytes": None,
+            "fds": None,
+        }
+        with contextlib.suppress(OSError):
+            info["mtime"] = meta_path.stat().st_mtime
+        if info["alive"]:
+            with contextlib.suppress(Exception):
+                import psutil
+
+                p = psutil.Process(pid)
+                info["rss_bytes"] = p.memory_info().rss
+                with contextlib.suppress(Exception):
+                    info["uss_bytes"] = p.memory_full_info().uss
+                info["fds"] = p.num_fds()
+        out.append(info)
+    return out
+
+
+def stop_pool(meta_path: Path, timeout: float = 5.0) -> None:
+    """Stop one pool process (its running nodes are killed with it)."""
+    import signal
+
+    meta = _read_meta(meta_path) or {}
+    pid = int(meta.get("pid") or 0)
+    with contextlib.suppress(OSError):
+        meta_path.unlink()
+    if pid and _alive(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and _alive(pid):
+            time.sleep(0.02)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    sock = meta.get("socket")
+    if sock:
+        with contextlib.suppress(OSError):
+            os.unlink(sock)
+
+
+def stop_all(state_dir: Path) -> int:
+    """Stop every pool process of this state folder; how many there were."""
+    pools = list_pools(state_dir)
+    for p in pools:
+        stop_pool(Path(p["meta_path"]))
+    return len(pools)

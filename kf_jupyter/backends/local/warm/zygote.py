@@ -1,0 +1,407 @@
+"""The warm fork server (standard library only; run by path with the job's interpreter).
+
+    python zygote.py SOCKET META PRELOAD OWNER_PID OWNER_CREATE_TIME IDLE_SECONDS
+
+It imports the modules of PRELOAD (comma separated: `torch,torch.distributed`), then listens on
+the Unix socket SOCKET (created owner-only, in an owner-only folder; peers of another user are
+refused). Each connection is one launch: a JSON header and, as SCM_RIGHTS, the stdin, stdout and
+stderr of the shim. The server forks; the child becomes a new session, takes those descriptors,
+the header's environment, working directory and argv, and runs the node (`agent.run_node`).
+Replies are JSON lines: `{"pid": N, "warm": true}` (or `{"warm": false, "why": ...}`: nothing was
+forked, run it cold), later `{"exit": CODE}` (negative: killed by that signal). A `{"signal": N}`
+from the shim is passed to the child; the shim's connection closing kills the child's session.
+
+It never runs user code itself and stays single-threaded (forking a threaded process is unsafe).
+It exits when it has no child and has been idle for IDLE_SECONDS, or its owner (the kernel that
+started it) is gone; META (JSON: pid, python, preload, memory-relevant facts) is removed then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+HEADER_MAX = 4 * 1024 * 1024
+OWNER_CHECK_SECONDS = 1.0
+SNAPSHOT_SECONDS = 0.5
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _subreaper():
+    """Orphans of a node (a rank's child in its own session) are re-parented here, not to init."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _descendants(pid):
+    """{pid: creation time} of every live descendant of `pid` (psutil when there is one)."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    out = {}
+    with contextlib.suppress(Exception):
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(Exception):
+                out[child.pid] = child.create_time()
+    return out
+
+
+def _adopted_of(node_tag, known_nodes):
+    """Orphans re-parented to us (we are a subreaper) that a node left: found by its env tag."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    out = {}
+    with contextlib.suppress(Exception):
+        for child in psutil.Process().children(recursive=False):
+            if child.pid in known_nodes:
+                continue
+            with contextlib.suppress(Exception):
+                env = child.environ()
+                tag = (env.get("KF_JUPYTER_JOB_NAME"), env.get("KF_JUPYTER_NODE_RANK"))
+                if tag == node_tag:
+                    out[child.pid] = child.create_time()
+                    for grand in child.children(recursive=True):
+                        with contextlib.suppress(Exception):
+                            out[grand.pid] = grand.create_time()
+    return out
+
+
+def _kill_known(procs):
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    for pid, ct in procs.items():
+        if psutil is not None:
+            try:
+                if abs(psutil.Process(pid).create_time() - ct) > 0.01:
+                    continue
+            except Exception:
+                continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _load_agent():
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("kfj_warm_agent", os.path.join(here, "agent.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _alive(pid, create_time):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if create_time is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        state = fields[0]
+        if state == b"Z":
+            return False
+        ticks = int(fields[19])
+        with open("/proc/stat", "rb") as fh:
+            btime = next(int(ln.split()[1]) for ln in fh if ln.startswith(b"btime"))
+        start = btime + ticks / os.sysconf("SC_CLK_TCK")
+        return abs(start - create_time) < 1.0
+    except (OSError, StopIteration, IndexError, ValueError):
+        return True
+
+
+def _send(conn, obj):
+    with contextlib.suppress(OSError):
+        conn.sendall((json.dumps(obj) + "\n").encode())
+
+
+def _recv_header(conn):
+    """The first message: a length-prefixed JSON header plus three descriptors."""
+    fds = []
+    data = b""
+    msg, ancdata, _flags, _addr = conn.recvmsg(65536, socket.CMSG_LEN(3 * 4))
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            n = len(cdata) // 4
+            fds.extend(struct.unpack(f"{n}i", cdata[: n * 4]))
+    data += msg
+    if len(data) < 4:
+        raise ValueError("short header")
+    (length,) = struct.unpack("!I", data[:4])
+    if length > HEADER_MAX:
+        raise ValueError("header too large")
+    data = data[4:]
+    while len(data) < length:
+        chunk = conn.recv(min(65536, length - len(data)))
+        if not chunk:
+            raise ValueError("truncated header")
+        data += chunk
+    return json.loads(data[:length].decode("utf-8")), fds
+
+
+class Zygote:
+    """The server loop: accept launches, fork, report exits."""
+
+    def __init__(self, sock_path, meta_path, preload, owner, owner_ct, idle):
+        self.sock_path = sock_path
+        self.meta_path = meta_path
+        self.preload = preload
+        self.owner = owner
+        self.owner_ct = owner_ct
+        self.idle = idle
+        self.children = {}  # pid -> connection
+        self.trees = {}  # pid -> {descendant pid: creation time}, refreshed while it runs
+        self.tags = {}  # pid -> (job name, node rank) from the launch's environment
+        self.conns = {}  # connection -> pid (None before the fork)
+        self.served = 0
+        self.last_active = time.monotonic()
+        self.agent = None
+        self.listener = None
+
+    def _write_meta(self, state):
+        meta = {
+            "pid": os.getpid(),
+            "python": sys.executable,
+            "preload": self.preload,
+            "owner_pid": self.owner,
+            "state": state,
+            "served": self.served,
+            "started": self.started,
+            "socket": self.sock_path,
+        }
+        tmp = f"{self.meta_path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(meta, fh)
+        os.replace(tmp, self.meta_path)
+
+    def serve(self):
+        self.started = time.time()
+        self._write_meta("starting")
+        _subreaper()
+        before = dict(os.environ)
+        for name in self.preload:
+            importlib.import_module(name)
+        # What the imports put in the environment (jax sets TF_CPP_MIN_LOG_LEVEL, ...): a cold
+        # process gets it from its own imports, so every child gets it too.
+        set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v}
+        self.agent = _load_agent()
+        self.agent.prepare_parent(self.preload, set_by_imports)
+        # Bind under a temporary name and rename: a shim never sees a socket nobody listens on.
+        tmp = f"{self.sock_path}.{os.getpid()}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self.listener.bind(tmp)
+        finally:
+            os.umask(old)
+        self.listener.listen(64)
+        os.replace(tmp, self.sock_path)
+        self._write_meta("ready")
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda s, f: None)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_stop)
+        self.stopping = False
+        last_owner_check = 0.0
+        last_snapshot = 0.0
+        try:
+            while not self.stopping:
+                self._reap()
+                now = time.monotonic()
+                if self.children and now - last_snapshot >= SNAPSHOT_SECONDS:
+                    last_snapshot = now
+                    for pid in list(self.children):
+                        self.trees.setdefault(pid, {}).update(_descendants(pid))
+                if now - last_owner_check >= OWNER_CHECK_SECONDS:
+                    last_owner_check = now
+                    if not self.children and (
+                        not _alive(self.owner, self.owner_ct) or now - self.last_active > self.idle
+                    ):
+                        break
+                    if not os.path.exists(self.meta_path):
+                        break  # the pool was stopped (its folder or meta removed)
+                ready, _, _ = select.select([self.listener, wake_r, *self.conns], [], [], 0.5)
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+                for r in ready:
+                    if r is self.listener:
+                        self._accept()
+                    elif r is not wake_r:
+                        self._on_conn(r)
+        finally:
+            self._shutdown()
+
+    def _on_stop(self, signum, frame):
+        self.stopping = True
+
+    def _accept(self):
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+        except OSError:
+            uid = -1
+        if uid != os.getuid():
+            conn.close()
+            return
+        self.last_active = time.monotonic()
+        conn.setblocking(True)
+        conn.settimeout(10)
+        try:
+            header, fds = _recv_header(conn)
+        except (OSError, ValueError) as exc:
+            _send(conn, {"warm": False, "why": f"bad launch request ({exc})"})
+            conn.close()
+            return
+        conn.settimeout(None)
+        try:
+            why = self.agent.unsupported(header)
+        except Exception as exc:  # a bug here must not take the pool down
+            why = f"the warm path could not read the command ({exc!r})"
+        if why:
+            _send(conn, {"warm": False, "why": why})
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                keep = {conn.fileno(), *fds}
+                self.listener.close()
+                for c in list(self.conns):
+                    if c.fileno() not in keep:
+                        c.close()
+                conn.close()
+                code = self.agent.child_main(header, fds)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            os._exit(code if isinstance(code, int) else 1)
+        for fd in fds:
+            os.close(fd)
+        self.served += 1
+        env = header.get("env") or {}
+        self.tags[pid] = (env.get("KF_JUPYTER_JOB_NAME"), env.get("KF_JUPYTER_NODE_RANK"))
+        self.children[pid] = conn
+        self.conns[conn] = pid
+        _send(conn, {"pid": pid, "warm": True, "zygote": os.getpid(), "served": self.served})
+        with contextlib.suppress(OSError):
+            self._write_meta("ready")
+
+    def _on_conn(self, conn):
+        pid = self.conns.get(conn)
+        try:
+            data = conn.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            # The shim is gone (killed): nothing may outlive it.
+            if pid is not None:
+                self._kill_node(pid)
+            self.conns.pop(conn, None)
+            conn.close()
+            return
+        for line in data.decode("utf-8", "replace").splitlines():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            sig = msg.get("signal")
+            if isinstance(sig, int) and pid is not None and pid in self.children:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+
+    def _reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            conn = self.children.pop(pid, None)
+            if conn is None:
+                continue  # an orphan re-parented to us, now reaped
+            self.last_active = time.monotonic()
+            # Whatever the node left behind (its session, children in sessions of their own)
+            # goes with it, as the supervisor stops what a cold job leaves.
+            self._kill_node(pid)
+            self.tags.pop(pid, None)
+            if conn is not None:
+                _send(conn, {"exit": code})
+                self.conns.pop(conn, None)
+                conn.close()
+
+    def _kill_node(self, pid):
+        known = self.trees.pop(pid, {})
+        known.update(_descendants(pid))
+        tag = self.tags.get(pid)
+        if tag and tag[0]:
+            known.update(_adopted_of(tag, set(self.children)))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        _kill_known(known)
+
+    def _shutdown(self):
+        for pid in list(self.children):
+            self._kill_node(pid)
+        for path in (self.sock_path, self.meta_path):
+            with contextlib.suppress(OSError):
+                if path == self.meta_path or os.path.exists(path):
+                    os.unlink(path)
+
+
+def main(argv):
+    """Entry point (see the module docstring)."""
+    sock_path, meta_path, preload, owner, owner_ct, idle = argv[1:7]
+    os.umask(0o077)
+    z = Zygote(
+        sock_path,
+        meta_path,
+        [m for m in preload.split(",") if m],
+        int(owner),
+        float(owner_ct) if owner_ct not in ("", "none") else None,
+        float(idle),
+    )
+    try:
+        z.serve()
+    finally:
+        z._shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
