@@ -409,14 +409,26 @@ def _kfj_termination_log(record):
         pass
 
 
+def _kfj_source_label(argv):
+    """How tracebacks name the shipped file: the cell, the script's own name, or the function."""
+    name = argv[2] if len(argv) > 2 else ""
+    if name == "kf_train_cell":  # magics.cell.FUNC_NAME
+        return "<training cell>"
+    if name == "__main__":  # a script: its sys.argv[0] when one was given, else a cell's body
+        rest = argv[5:]
+        if len(rest) > 1 and rest[0] == "--" and rest[1] != argv[1]:
+            return rest[1]
+        return "<training cell>"
+    return "<training function>"
+
+
 def _kfj_guarded(main, argv):
     """Run the runner; an exception from the user's code is reported as its root cause, exit 1."""
     try:
         return main(argv)
     except Exception as exc:
         func_file = argv[1] if len(argv) > 1 else None
-        cell = len(argv) > 2 and argv[2] == "kf_train_cell"  # magics.cell.FUNC_NAME
-        label = "<training cell>" if cell else "<training function>"
+        label = _kfj_source_label(argv)
         _kfj_report_failure(exc, func_file, _kfj_rank(), label)
         # As `python -m mpi4py` does: a rank that failed aborts the MPI job. A normal exit would
         # call MPI_Finalize, which waits for ranks that wait for this one: the job would hang.

@@ -86,6 +86,9 @@ class DumpFolder:
             return []
         held = self._held.get(source)
         if held is None:
+            if line.startswith(_ELASTIC):  # torchrun's box without a traceback before it
+                self._box[source] = 2
+                return []
             if line.strip() == _TRACEBACK:
                 self._held[source] = [line]
                 return []

@@ -260,6 +260,10 @@ export class ReadableLog {
     }
     const held = this._tracebacks.get(source);
     if (!held) {
+      if (line.startsWith(ELASTIC)) {
+        this._box.set(source, 2); // torchrun's box without a traceback before it
+        return [];
+      }
       if (line.trim() === TRACEBACK) {
         this._tracebacks.set(source, [line]);
         return [];

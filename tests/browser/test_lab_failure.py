@@ -58,7 +58,7 @@ def test_failed_job_panel_shows_the_cause_and_readable_logs(lab: dict) -> None:
             )
             text = message.inner_text()
             assert text.startswith("Rank 1 failed: NameError"), text
-            assert '"<training function>"' in text and "kf_entry" not in text, text
+            assert "print(undefined_name)" in text and "kf_entry" not in text, text
             log = page.locator(".kf-log")
             expect(
                 log.locator(".kf-log-line", has_text="NameError: name 'undefined_name'")
