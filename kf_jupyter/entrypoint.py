@@ -174,9 +174,24 @@ def _kfj_install_report_shim():
         sys.modules["kf_jupyter"] = shim
 
 
+def _kfj_whole_lines():
+    """One write per line on stdout/stderr (ranks of a pod share them: no glued lines).
+
+    `python -u` (torchrun's workers) writes print()'s text and its newline separately, so two
+    ranks printing at once on one pod could glue their lines ("...rank 0...rank 1\n\n").
+    Line buffering writes each whole line at once; flush() still sends a partial line.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
 def _kfj_redirect_logs(rank):
     log_dir = os.environ.get("KF_JUPYTER_RANK_LOG_DIR")
     if not log_dir:
+        _kfj_whole_lines()
         return
     fd = os.open(
         os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600

@@ -116,6 +116,10 @@ def _normalize(record: dict, job: str) -> dict:
     for var in ("PET_MASTER_PORT", "MASTER_PORT", "DMLC_TRACKER_PORT"):
         if var in env:
             env[var] = "<PORT>"
+    if "KUBEFLOW_TRAINER_SERVER_URL" in env:  # the job's own status endpoint: a port per job
+        env["KUBEFLOW_TRAINER_SERVER_URL"] = re.sub(
+            r"127\.0\.0\.1:\d+", "127.0.0.1:<P>", env["KUBEFLOW_TRAINER_SERVER_URL"]
+        )
     if "JAX_COORDINATOR_ADDRESS" in env:
         env["JAX_COORDINATOR_ADDRESS"] = env["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[0] + ":<P>"
     return out
