@@ -51,3 +51,6 @@ DEFAULT_MASTER_PORT = 29500
 # Lines the runner prints.
 REPORT_PREFIX = "##kf-jupyter:report "
 RESULT_PREFIX = "##kf-jupyter:result "
+ERROR_PREFIX = "##kf-jupyter:error "
+#: Every line the runner prints for kf-jupyter itself starts with this (hidden in the views).
+PROTOCOL_PREFIX = "##kf-jupyter:"

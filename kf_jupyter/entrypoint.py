@@ -18,6 +18,9 @@ import types
 
 _KFJ_REPORT = "##kf-jupyter:report "
 _KFJ_RESULT = "##kf-jupyter:result "
+_KFJ_ERROR = "##kf-jupyter:error "
+#: Kubernetes reads at most 4096 bytes of a container's termination message.
+_KFJ_TERMINATION_BYTES = 4096
 
 
 def _kfj_rank():
@@ -446,6 +449,120 @@ def _kfj_main(argv):
     return 0
 
 
+def _kfj_exc_type(exc):
+    cls = type(exc)
+    module = getattr(cls, "__module__", "")
+    name = getattr(cls, "__qualname__", cls.__name__)
+    return name if module in ("builtins", "__main__", "") else f"{module}.{name}"
+
+
+def _kfj_user_traceback(exc, func_file, label="<training function>"):
+    """The traceback lines without this runner's frames; the user's file shown by its role."""
+    import traceback
+
+    runner = os.path.abspath(__file__)
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    seen = set()
+    todo = [te]
+    while todo:
+        cur = todo.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        kept = []
+        for frame in cur.stack:
+            if os.path.abspath(frame.filename) == runner:
+                continue
+            if func_file and os.path.abspath(frame.filename) == os.path.abspath(func_file):
+                _ = frame.line  # read the source line before the file name changes
+                frame.filename = label
+            kept.append(frame)
+        cur.stack = traceback.StackSummary.from_list(kept)
+        todo.extend(t for t in (cur.__cause__, cur.__context__) if t is not None)
+        todo.extend(getattr(cur, "exceptions", None) or [])
+    return "".join(te.format()).rstrip("\n").split("\n")
+
+
+def _kfj_report_failure(exc, func_file, rank, label="<training function>"):
+    """Print the user's traceback and one `##kf-jupyter:error` record; fill the termination log.
+
+    The record (one JSON line, hidden from every view) carries the full traceback with the
+    runner's frames too, so nothing is lost on disk.
+    """
+    import time
+    import traceback
+
+    try:
+        lines = _kfj_user_traceback(exc, func_file, label)
+    except Exception:  # never hide the user's error behind ours
+        lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).split("\n")
+    full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    record = {
+        "source": f"Rank {rank}",
+        "rank": rank,
+        "exc_type": _kfj_exc_type(exc),
+        "message": str(exc),
+        "traceback": lines,
+        "time": time.time(),
+        "full": full,
+    }
+    sys.stdout.flush()
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.write(_KFJ_ERROR + json.dumps(record, default=str) + "\n")
+    sys.stderr.flush()
+    _kfj_termination_log(record)
+
+
+def _kfj_termination_log(record):
+    """On Kubernetes, the first failing process of a pod writes the cause as its termination message."""
+    path = os.environ.get("KF_JUPYTER_TERMINATION_LOG", "/dev/termination-log")
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > 0:
+            return
+        short = dict(record)
+        short.pop("full", None)
+        short["message"] = short["message"][:1000]
+        short["traceback"] = [ln[:300] for ln in short["traceback"][-30:]]
+        text = _KFJ_ERROR + json.dumps(short, default=str)
+        while len(text.encode("utf-8")) > _KFJ_TERMINATION_BYTES and len(short["traceback"]) > 1:
+            short["traceback"] = short["traceback"][2:]
+            text = _KFJ_ERROR + json.dumps(short, default=str)
+        if len(text.encode("utf-8")) <= _KFJ_TERMINATION_BYTES:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+    except OSError:
+        pass
+
+
+def _kfj_source_label(argv):
+    """How tracebacks name the shipped file: the cell, the script's own name, or the function."""
+    name = argv[2] if len(argv) > 2 else ""
+    if name == "kf_train_cell":  # magics.cell.FUNC_NAME
+        return "<training cell>"
+    if name == "__main__":  # a script: its sys.argv[0] when one was given, else a cell's body
+        rest = argv[5:]
+        if len(rest) > 1 and rest[0] == "--" and rest[1] != argv[1]:
+            return rest[1]
+        return "<training cell>"
+    return "<training function>"
+
+
+def _kfj_guarded(main, argv):
+    """Run the runner; an exception from the user's code is reported as its root cause, exit 1."""
+    try:
+        return main(argv)
+    except Exception as exc:
+        func_file = argv[1] if len(argv) > 1 else None
+        label = _kfj_source_label(argv)
+        _kfj_report_failure(exc, func_file, _kfj_rank(), label)
+        # As `python -m mpi4py` does: a rank that failed aborts the MPI job. A normal exit would
+        # call MPI_Finalize, which waits for ranks that wait for this one: the job would hang.
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.COMM_WORLD.Abort(1)
+        raise SystemExit(1) from None
+
+
 def _kfj_exit(code):
     """End the process as Python would, but without C++ static destructors.
 
@@ -473,4 +590,4 @@ def _kfj_exit(code):
 
 
 if __name__ == "__main__":
-    _kfj_exit(_kfj_main(sys.argv))
+    _kfj_exit(_kfj_guarded(_kfj_main, sys.argv))

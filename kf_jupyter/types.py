@@ -55,6 +55,34 @@ class TrainerStatus:
         }
 
 
+@dataclass(frozen=True)
+class Failure:
+    """The root cause of a failed job: the first rank that failed and its exception.
+
+    `source` names where it happened ("Rank 1", or "node-0" when no rank reported);
+    `traceback` holds the user's frames only (the runner's and the launcher's are left out).
+    """
+
+    source: str
+    exc_type: str
+    message: str
+    traceback: list[str] = field(default_factory=list)
+
+    def headline(self) -> str:
+        """`Rank 1: NameError: name 'x' is not defined`."""
+        what = f"{self.exc_type}: {self.message}" if self.message else self.exc_type
+        return f"{self.source}: {what}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "source": self.source,
+            "exc_type": self.exc_type,
+            "message": self.message,
+            "traceback": list(self.traceback),
+        }
+
+
 @dataclass
 class TrainJob:
     """A job as a backend sees it."""
@@ -74,6 +102,7 @@ class TrainJob:
     steps: list[Step] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     trainer_status: TrainerStatus | None = None
+    failure: Failure | None = None
     #: Local jobs: every node started from the warm pool (True), one started cold (False).
     warm: bool | None = None
 
@@ -98,6 +127,7 @@ class TrainJob:
             ],
             "labels": dict(self.labels),
             "trainer_status": self.trainer_status.to_dict() if self.trainer_status else None,
+            "failure": self.failure.to_dict() if self.failure else None,
             "warm": self.warm,
         }
 

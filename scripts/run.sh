@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# Set up everything and run the main job: open JupyterLab on the quickstart notebook with the
-# local backend (the embedded default). Without notebooks yet, print an example TrainJob.
+# Set up everything and run the main job: JupyterLab opened on the quickstart notebook itself,
+# with the local backend (the embedded default). Without notebooks yet, print an example TrainJob.
+#
+# It prints the URL to open (http://localhost:8888/lab/tree/01-quickstart.ipynb?token=...): that
+# URL opens the quickstart notebook, not the Launcher. Only for this lab (not for your other
+# labs): JupyterLab's "news" pop-up is off (jupyter-config/run-lab, on JUPYTER_CONFIG_PATH).
+# KF_SKIP_SETUP=1 skips scripts/setup.sh (already set up); extra arguments go to `jupyter lab`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+ROOT=$PWD
+if [ -z "${KF_SKIP_SETUP:-}" ]; then
+  bash scripts/setup.sh
+fi
 if [ -f notebooks/01-quickstart.ipynb ] && [ -z "${KF_NO_LAB:-}" ]; then
-  exec .venv/bin/python -m jupyter lab --ServerApp.allow_root=True notebooks/01-quickstart.ipynb "$@"
+  export JUPYTER_CONFIG_PATH="$ROOT/jupyter-config/run-lab${JUPYTER_CONFIG_PATH:+:$JUPYTER_CONFIG_PATH}"
+  # default_url (not a file argument): the URL printed is the notebook's own, so opening it from
+  # the terminal (or from another machine) shows the notebook; a file argument only opens it
+  # through the browser jupyter itself starts, and the printed URL shows the Launcher.
+  exec .venv/bin/python -m jupyter lab --ServerApp.allow_root=True \
+    --ServerApp.root_dir="$ROOT/notebooks" --LabApp.default_url=/lab/tree/01-quickstart.ipynb "$@"
 fi
 exec .venv/bin/python examples/build_trainjob.py

@@ -291,7 +291,10 @@ def test_torch_job_runs_streams_every_rank_and_completes(
     assert pod.metadata.labels["kf-test/pod"] == "yes"
     # logs again, without follow, and their tail
     tail = list(backend.get_job_logs(name, tail_lines=1))
-    assert len(tail) == 1 and tail[0].startswith("##kf-jupyter:result ")
+    # the last line a person reads: the protocol lines are hidden ...
+    assert len(tail) == 1 and not tail[0].startswith("##kf-jupyter:"), tail
+    raw = [r.line for r in backend.iter_log_records(name, tail_lines=1)]
+    assert raw[0].startswith("##kf-jupyter:result ")  # ... but still in the raw records
     events = backend.get_job_events(name)
     assert any(e.involved_object == f"Pod/{name}-node-0-0" for e in events)
     backend.delete_job(name)

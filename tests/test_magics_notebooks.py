@@ -117,7 +117,8 @@ def test_notebook_torch_cell_monitor_result_dryrun_freenames_syntax(state_dir, t
     warn = _text(nb.cells[5])
     assert "'undefined_thing'" in warn and "NameError" in warn
     err = _text(nb.cells[6])
-    assert "Syntax error in the training cell at line 2" in err and "Traceback" not in err
+    # JupyterLab's numbering: the magic is line 1, so `if x >` is line 3.
+    assert "Syntax error in the training cell at line 3" in err and "Traceback" not in err
     jobs = TrainerClient(LocalBackendConfig(state_dir=state_dir)).list_jobs()
     assert len(jobs) == 1  # the dry-runs and the syntax error submitted nothing
     assert jobs[0].name in str(nb.cells[7].outputs)

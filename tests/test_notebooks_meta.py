@@ -164,7 +164,7 @@ def test_cluster_notebook_was_recorded_against_a_cluster_and_skips_without_one()
 
 def test_sanitize_file_masks_job_names_and_times():
     cfg = configparser.ConfigParser()
-    cfg.read(NB_DIR / "sanitize.cfg")
+    cfg.read(REPO / "tests" / "nbval-sanitize.cfg")
     rules = [(re.compile(cfg[s]["regex"]), cfg[s]["replace"]) for s in cfg.sections()]
     assert rules
 
@@ -183,4 +183,4 @@ def test_ci_runs_the_notebooks_with_nbval_and_the_sanitize_file():
     script = (REPO / "scripts" / "test.sh").read_text()
     line = next(ln for ln in script.splitlines() if "--nbval-lax" in ln)
     assert "--nbval-current-env" in line
-    assert "notebooks/sanitize.cfg notebooks/" in script
+    assert "tests/nbval-sanitize.cfg notebooks/" in script and "-p tests.nbval_tutorials" in script

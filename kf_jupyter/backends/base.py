@@ -101,9 +101,24 @@ class Backend(Protocol):
 
 
 def tag_records(records: Iterator[LogRecord], multi: bool) -> Iterator[str]:
-    """Format records as `get_job_logs` yields them: tagged `[source] ` when `multi`."""
-    for rec in records:
+    """Format records as `get_job_logs` yields them: readable lines only (no protocol lines,
+    no torchrun banner, progress bars collapsed), tagged `[source] ` when `multi`."""
+    from ..logview import readable
+
+    for rec in readable(records):
         yield rec.tagged() if multi else rec.line
+
+
+def human_records(
+    backend: Backend, name: str, step: str | None, follow: bool, tail_lines: int | None
+) -> Iterator[LogRecord]:
+    """The records behind `get_job_logs`: a tail counts readable lines only (not protocol lines)."""
+    if tail_lines is None or follow:
+        return backend.iter_log_records(name, step, follow, tail_lines)
+    from ..logview import TAIL_SLACK, last_readable
+
+    raw = backend.iter_log_records(name, step, False, tail_lines + TAIL_SLACK)
+    return iter(last_readable(raw, tail_lines))
 
 
 def resolve_runtime_arg(

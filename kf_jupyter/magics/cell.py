@@ -151,10 +151,12 @@ def _indent(body: str) -> str:
 
 
 def _syntax_message(exc: SyntaxError, body: str) -> str:
-    cell_line = (exc.lineno or 2) - 1
+    # Line N of the generated function is line N of the cell as JupyterLab numbers it: the
+    # `def` stands where the magic line is (line 1), and the body keeps its lines.
+    cell_line = exc.lineno or 1
     lines = body.split("\n")
-    text = lines[cell_line - 1] if 0 < cell_line <= len(lines) else ""
-    where = f"line {cell_line}" if cell_line >= 1 else "the cell"
+    text = lines[cell_line - 2] if 1 < cell_line <= len(lines) + 1 else ""
+    where = f"line {cell_line}" if cell_line >= 2 else "the cell"
     caret = ""
     if text and exc.offset:
         col = max(exc.offset - 1 - (4 if text.strip() else 0), 0)

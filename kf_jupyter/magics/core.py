@@ -33,6 +33,16 @@ from .handle import JobHandle
 from .lineargs import print_help, split_script_args, wants_help
 
 
+def failure_error_text(name: str, failure: Any) -> str:
+    """The cell's error for a failed job: the root cause first, then where the full log is."""
+    from ..failure import failure_text
+
+    return (
+        f"Job {name} failed. {failure_text(failure)}\n"
+        f"Full logs: %kf_logs {name}; delete it with %kf_delete {name}."
+    )
+
+
 class KFMagicError(Exception):
     """A kf-jupyter error shown as one paragraph (no traceback); the cell ends in error."""
 
@@ -687,11 +697,14 @@ class KubeflowMagics(Magics):
                 except queue.Empty:
                     item = None
                 if item is end:
+                    for source, text in state.flush_held():
+                        print(state.text_prefix(source, color) + text)
                     break
                 if isinstance(item, Exception):
                     raise item
                 if item is not None and state.add(item.source, item.line):
-                    print(state.text_prefix(item.source, color) + item.line)
+                    for text in state.printed:
+                        print(state.text_prefix(item.source, color) + text)
                 if deadline and time.monotonic() > deadline:
                     raise TimeoutError
             job = handle.client.wait_for_job_status(
@@ -717,6 +730,9 @@ class KubeflowMagics(Magics):
             raise self._failed(handle, job, state.failure_tail(job))
 
     def _failed(self, handle: JobHandle, job: Any, tail: tuple[str, list[str]]) -> KFMagicError:
+        failure = getattr(job, "failure", None)
+        if failure is not None:
+            return _fail(failure_error_text(handle.name, failure))
         source, lines = tail
         why = " ".join(p for p in (job.reason, job.message) if p) or "a process exited non-zero"
         last = ""

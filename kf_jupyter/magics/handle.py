@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..types import COMPLETE, FAILED, TrainJob
+from ..types import COMPLETE, FAILED, LogRecord, TrainJob
 
 _UNSET = object()
 
@@ -30,8 +30,13 @@ class JobHandle:
         return self.job.status
 
     def logs(self, step: str | None = None, tail: int | None = None) -> list[str]:
-        """The log lines so far (tagged `[rank-N]` when the job has several processes)."""
+        """The log lines a person reads so far (tagged `[rank-N]` when the job has several
+        processes; kf-jupyter's protocol lines are in `records()`)."""
         return list(self.client.get_job_logs(self.name, step=step, tail_lines=tail))
+
+    def records(self, step: str | None = None) -> list[LogRecord]:
+        """The raw log records so far, kf-jupyter's own lines included (reports, result)."""
+        return list(self.client.iter_log_records(self.name, step=step))
 
     def wait(self, timeout: float = 600) -> TrainJob:
         """Block until the job is Complete or Failed; return it."""

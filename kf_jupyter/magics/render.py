@@ -74,11 +74,32 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], raw_cols: 
     )
 
 
-JOB_HEADERS = ("name", "framework", "backend", "status", "progress", "nodes", "age", "start")
+JOB_HEADERS = (
+    "name",
+    "framework",
+    "backend",
+    "status",
+    "progress",
+    "nodes",
+    "age",
+    "start",
+    "cause",
+)
+
+
+def job_cause(job: Any, width: int = 80) -> str:
+    """Why a failed job failed, in one line (`Rank 1: NameError: ...`); '' otherwise."""
+    if job.status != "Failed":
+        return ""
+    failure = getattr(job, "failure", None)
+    text = failure.headline() if failure is not None else (job.reason or "")
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
-    """Rows of the jobs table (name, framework, backend, status, progress, nodes, age, start)."""
+    """Rows of the jobs table (name, framework, backend, status, progress, nodes, age,
+    warm/cold start, cause)."""
     from ..progress import progress_text
 
     rows = []
@@ -102,6 +123,7 @@ def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
                 nodes,
                 age(j.creation_time),
                 start,
+                job_cause(j),
             ]
         )
     return rows

@@ -231,15 +231,17 @@ class TrainerClient:
         """
         job = self.client.get_job(name)
         policy = self._policy(job)
+        from ..logview import readable
+
         if self.backend_name == "local":
             wanted = _local_sources(step, policy, job)
             records = self.client.iter_log_records(name, follow=bool(follow))
-            lines = (r.line for r in records if wanted(r.source))
+            records = (r for r in records if wanted(r.source))
         else:
             source = _cluster_source(step, policy)
             records = self.client.iter_log_records(name, step=source, follow=bool(follow))
-            lines = (r.line for r in records)
-        return (ln for ln in lines if not ln.startswith(PROTOCOL_PREFIX))
+        # What a person reads (kf_jupyter.logview): no protocol lines, banners or bar updates.
+        return (r.line for r in readable(records))
 
     def _policy(self, job: KFTrainJob) -> str:
         rt = self._runtimes().get(job.runtime)

@@ -33,6 +33,7 @@ from ..errors import (
     TrainerNotInstalledError,
     ValidationError,
 )
+from ..logview import readable
 from ..types import LogRecord
 from ..validation import validate_job_name
 from .state import (
@@ -507,7 +508,7 @@ class JobLogsHandler(KFHandler):
                 if follow:
                     chunk = "".join(_sse({"source": r.source, "line": r.line}) for r in batch)
                 else:
-                    chunk = "".join(f"[{r.source}] {r.line}\n" for r in batch)
+                    chunk = "".join(f"[{r.source}] {r.line}\n" for r in readable(batch))
                 self.write(chunk)
                 await self.flush()
             if stop.is_set():  # the client went away: nobody to tell how it ended

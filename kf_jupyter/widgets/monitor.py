@@ -41,6 +41,17 @@ def cancel_job(client: Any, name: str) -> None:
         client.delete_job(name)
 
 
+def failure_html(failure: Any) -> str:
+    """The root cause box: `Rank 1 failed: NameError: ...` and the user's traceback."""
+    what = failure.exc_type + (f": {failure.message}" if failure.message else "")
+    body = "\n".join(html.escape(ln) for ln in failure.traceback[-40:])
+    pre = f"<pre style='margin:0;white-space:pre-wrap'>{body}</pre>" if body else ""
+    return (
+        "<div class='kf-failure' style='border-left:4px solid #dc3545;padding-left:6px'>"
+        f"<b>{html.escape(failure.source)} failed: {html.escape(what)}</b>{pre}</div>"
+    )
+
+
 def cancel_if_running(client: Any, name: str) -> tuple[bool, TrainJob | None]:
     """Cancel a job only if the backend still has it running; return (cancelled, job after).
 
@@ -401,10 +412,16 @@ class JobMonitor:
     def finish(self, job: TrainJob) -> None:
         """Show the final status; on failure put the failing rank's last lines in front."""
         self._apply_job(job)
+        with self._lock:
+            self.state.flush_held()
         self.flush_log()
         self.flush_stats()
         self.header.value = self._header_html()
-        if job.status == FAILED:
+        failure = getattr(job, "failure", None)
+        if job.status == FAILED and failure is not None:
+            self.failure.value = failure_html(failure)
+            self.failure.layout.display = ""
+        elif job.status == FAILED:
             with self._lock:
                 source, lines = self.state.failure_tail(job)
             if lines:

@@ -14,6 +14,7 @@ from collections import deque
 from typing import Any
 
 from ..constants import REPORT_PREFIX, RESULT_PREFIX
+from ..logview import DumpFolder, collapse_cr, is_banner, is_update
 from ..report import parse_report
 
 #: Rank prefix colours (readable on light and dark themes). The lab extension has the same list
@@ -89,6 +90,10 @@ class LogState:
         self.last_error_source: str | None = None
         self.log_dirty = False
         self.stats_dirty = False
+        self.printable = ""  # what a text view prints for the line _add_line() just took
+        self.printed: list[str] = []  # what it prints for the line add() just took
+        self._dump = DumpFolder()  # torchrun's traceback and box are folded away
+        self._open: dict[str, bool] = {}  # sources whose `\r` progress line is being written
 
     @property
     def sources(self) -> list[str]:
@@ -103,26 +108,91 @@ class LogState:
         return self.colours[source]
 
     def add(self, source: str, line: str) -> bool:
-        """Take one line; return True when it belongs in the log view (not a report/result)."""
+        """Take one line; return True when a text view prints the lines in `self.printed`.
+
+        Reports and results feed progress, metrics and the result, and are never shown; nor is
+        torchrun's OMP banner. A `\r` progress bar stays one line per source, updated in place.
+        """
         self.colour_index(source)
         self.lines += 1
         self.bytes += len(line) + 1
-        if REPORT_PREFIX in line:
-            rec = parse_report(line)
+        self.printed = []
+        for text in self._dump.push(source, line):
+            if self._add_line(source, text):
+                self.printed.append(self.printable)
+        return bool(self.printed)
+
+    def flush_held(self) -> list[tuple[str, str]]:
+        """At the end of the log: lines still held (a traceback cut short) into the view."""
+        out = []
+        for source, text in self._dump.finish():
+            if self._add_line(source, text):
+                out.append((source, self.printable))
+        return out
+
+    def _add_line(self, source: str, line: str) -> bool:
+        idx = line.find(PROTOCOL_PREFIX)
+        if idx >= 0:
+            record = line[idx:]
+            rec = parse_report(record) if record.startswith(REPORT_PREFIX) else None
             if rec is not None:
                 self._report(rec)
+            elif record.startswith(RESULT_PREFIX):
+                self.result_line = record[len(RESULT_PREFIX) :]
+            head = line[:idx]
+            if not collapse_cr(head).strip():
                 return False
-        if line.startswith(RESULT_PREFIX):
-            self.result_line = line[len(RESULT_PREFIX) :]
+            # Text before the record: a progress bar whose line the record's newline ended
+            # (report() called while a bar is drawn). The bar goes on: keep its line open.
+            return bool(self._put_progress(source, head, keep_open=True))
+        if is_banner(line):
             return False
-        if line.startswith(PROTOCOL_PREFIX):
-            return False
+        progress = self._put_progress(source, line)
+        if progress is not None:
+            return progress
         self.buffer.append((source, line))
         self.tails[source].append(line)
+        self.printable = line
         if _ERROR_HINT.search(line):
             self.last_error_source = source
         self.log_dirty = True
         return True
+
+    def _put_progress(self, source: str, line: str, keep_open: bool = False) -> bool | None:
+        """A `\r` progress line: keep one line per source and update it in place.
+
+        None for an ordinary line. Otherwise the buffer already holds the line, and the value
+        says whether a text view prints it: False for an update of a line still being written,
+        True for the completed line (printed once, as a terminal would leave it). See
+        `kf_jupyter.logview`.
+        """
+        update = is_update(line) or keep_open
+        if not update and "\r" not in line and source not in self._open:
+            return None
+        text = collapse_cr(line)
+        self.log_dirty = True
+        if source in self._open:
+            if text.strip() or update:
+                self._replace_last(source, text)
+            if not update:
+                del self._open[source]
+                self.printable = self.tails[source][-1] if self.tails[source] else text
+            return not update
+        self.buffer.append((source, text))
+        self.tails[source].append(text)
+        self.printable = text
+        if update:
+            self._open[source] = True
+        return not update
+
+    def _replace_last(self, source: str, text: str) -> None:
+        for i in range(len(self.buffer) - 1, -1, -1):
+            if self.buffer[i][0] == source:
+                self.buffer[i] = (source, text)
+                break
+        tail = self.tails[source]
+        if tail:
+            tail[-1] = text
 
     def _report(self, rec: dict[str, Any]) -> None:
         prog = rec.get("progress")

@@ -11,8 +11,8 @@ import { Backoff } from './backoff';
 import { MetricsChart } from './chart';
 import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
-import { formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
-import { ILogRecord, sortSources } from './logparse';
+import { failureText, formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
+import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { LogQueue } from './logqueue';
 import { IReport, MetricSeries, parseReport } from './metrics';
 import { progressText, TrainerStatusFeed } from './progress';
@@ -272,7 +272,7 @@ export class JobPanel extends Widget {
     for (const [k, v] of rows) {
       this._summary.append(h('dt', {}, k), h('dd', {}, v));
     }
-    this._message.textContent = [job.reason, job.message].filter(Boolean).join(': ');
+    this._message.textContent = failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
     const title = this.parent instanceof MainAreaWidget ? this.parent.title : this.title;
     title.caption = `${this.jobName} (${job.status})`;
   }
@@ -324,6 +324,7 @@ export class JobPanel extends Widget {
             },
             onEnd: reason => {
               ended = reason === 'end';
+              this._showHeld();
             }
           },
           this._abort.signal,
@@ -356,6 +357,7 @@ export class JobPanel extends Widget {
   }
 
   private _resetLog(): void {
+    this._readable = new ReadableLog();
     this._lines.clear();
     this._pending.reset();
     this._metricsChanged = false;
@@ -373,7 +375,9 @@ export class JobPanel extends Widget {
    * like the view (see logqueue.ts) for the next animation frame.
    */
   private _onRecord(rec: ILogRecord): void {
-    const report: IReport | null = parseReport(rec.line);
+    // Only what a person reads reaches the log view; reports still feed the chart.
+    const at = rec.line.indexOf(PROTOCOL_PREFIX);
+    const report: IReport | null = at >= 0 ? parseReport(rec.line.slice(at)) : null;
     if (report) {
       this._metrics.add(report);
       this._metricsChanged = true;
@@ -382,7 +386,18 @@ export class JobPanel extends Widget {
       this._sources.add(rec.source);
       this._newSource = true;
     }
-    this._pending.push({ rec, isReport: report !== null });
+    this._queue(this._readable.push(rec));
+  }
+
+  /** A progress bar still held when the log ends is shown as it was left. */
+  private _showHeld(): void {
+    this._queue(this._readable.finish());
+  }
+
+  private _queue(shown: ILogRecord[]): void {
+    for (const line of shown) {
+      this._pending.push({ rec: line, isReport: false });
+    }
     if (!this._flushHandle) {
       this._flushHandle = requestAnimationFrame(() => this._flush());
     }
@@ -437,7 +452,7 @@ export class JobPanel extends Widget {
     const frag = document.createDocumentFragment();
     for (const rec of this._lines.toArray()) {
       if (filter === ALL || rec.source === filter) {
-        frag.append(this._lineNode(rec, parseReport(rec.line) !== null));
+        frag.append(this._lineNode(rec, false));
       }
     }
     this._log.textContent = '';
@@ -477,6 +492,7 @@ export class JobPanel extends Widget {
   private _newSource = false;
   private _flushHandle = 0;
   private _sources = new Set<string>();
+  private _readable = new ReadableLog();
   private _metrics = new MetricSeries();
   private _feed = new TrainerStatusFeed(this._metrics);
   private _statusPoller: Poller;

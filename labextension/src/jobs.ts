@@ -29,6 +29,26 @@ export interface IJob {
   steps?: IStep[];
   /** The training's own progress report (status.trainerStatus), if any. */
   trainer_status?: ITrainerStatus | null;
+  failure?: IFailure | null;
+}
+
+/** The root cause of a failed job, as the server sends it (`TrainJob.failure`). */
+export interface IFailure {
+  source: string;
+  exc_type: string;
+  message?: string | null;
+  traceback?: string[] | null;
+}
+
+/** `Rank 1 failed: NameError: ...` and the user's traceback; undefined when not known. */
+export function failureText(job: IJob): string | undefined {
+  const f = job.failure;
+  if (!f || job.status !== 'Failed') {
+    return undefined;
+  }
+  const what = f.message ? `${f.exc_type}: ${f.message}` : f.exc_type;
+  const tb = (f.traceback ?? []).slice(-40);
+  return [`${f.source} failed: ${what}`, ...tb].join('\n');
 }
 
 export interface IRuntime {

@@ -23,13 +23,12 @@ import {
   canCancel,
   failureText,
   IJobPayload,
-  isProtocolLine,
   JOB_MIME_TYPE,
   labelKey,
   parsePayload,
   statusLabel
 } from './livepayload';
-import { ILogRecord, sortSources } from './logparse';
+import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { MetricSeries, parseReport } from './metrics';
 import { sourceColour } from './palette';
 import { RingBuffer } from './ringbuffer';
@@ -242,6 +241,9 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
             onRecord: rec => this._onRecord(rec),
             onEnd: reason => {
               ended = reason === 'end';
+              for (const held of this._readable.finish()) {
+                this._onRecord(held); // a progress bar still held: shown as it was left
+              }
             }
           },
           this._abort.signal,
@@ -267,6 +269,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   }
 
   private _resetLog(): void {
+    this._readable = new ReadableLog();
     this._lines.clear();
     this._pending = [];
     this._sources.clear();
@@ -289,15 +292,21 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     const frag = document.createDocumentFragment();
     let metricsChanged = false;
     let newSource = false;
-    for (const rec of batch) {
-      if (isProtocolLine(rec.line)) {
-        const report = parseReport(rec.line);
+    // Only what a person reads reaches the log view (logparse.ts ReadableLog: protocol lines,
+    // torchrun's banner and dump hidden, one line per progress bar); reports feed the chart.
+    const shown: ILogRecord[] = [];
+    for (const raw of batch) {
+      const at = raw.line.indexOf(PROTOCOL_PREFIX);
+      if (at >= 0) {
+        const report = parseReport(raw.line.slice(at));
         if (report) {
           this._metrics.add(report);
           metricsChanged = true;
         }
-        continue;
       }
+      shown.push(...this._readable.push(raw));
+    }
+    for (const rec of shown) {
       this._lines.push(rec);
       if (rec.source && !this._sources.has(rec.source)) {
         this._sources.add(rec.source);
@@ -366,6 +375,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _pollTimer = 0;
   private _flushHandle = 0;
   private _lines: RingBuffer<ILogRecord>;
+  private _readable = new ReadableLog();
   private _pending: ILogRecord[] = [];
   private _sources = new Set<string>();
   private _metrics = new MetricSeries();

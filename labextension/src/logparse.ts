@@ -182,3 +182,129 @@ export function sortSources(sources: Iterable<string>): string[] {
     return ka[2] - kb[2];
   });
 }
+
+/** Every line kf-jupyter's runner prints for kf-jupyter (report, result, error) has this. */
+export const PROTOCOL_PREFIX = '##kf-jupyter:';
+
+const OMP_BANNER =
+  /^[WI]\d{4} [\d:.]+ +\d+ \S*torch\/distributed\/run\.py:\d+\] (\**|Setting OMP_NUM_THREADS environment variable .*)\s*$/;
+
+/** A line of torchrun's `Setting OMP_NUM_THREADS ... to be 1` banner. */
+export function isBanner(line: string): boolean {
+  return line.includes('torch/distributed/run.py') && OMP_BANNER.test(line);
+}
+
+/** What a terminal shows for a line with carriage returns: its last non-blank segment. */
+export function collapseCr(line: string): string {
+  if (!line.includes('\r')) {
+    return line;
+  }
+  const parts = line.split('\r').filter(p => p.trim() !== '');
+  return parts.length ? parts[parts.length - 1] : '';
+}
+
+const TRACEBACK = 'Traceback (most recent call last):';
+const ELASTIC = 'torch.distributed.elastic.multiprocessing.errors.ChildFailedError';
+
+/**
+ * The log as a person reads it (the same rules as kf_jupyter/logview.py): protocol lines and
+ * torchrun's OMP banner hidden, `\r` progress bars collapsed, updates of a line still being
+ * written (records starting with `\r`) skipped. Text before a protocol record on one line is
+ * a progress bar the record's newline interrupted: it is held, replaced by the next such line
+ * of its source, and shown once when the bar's line ends.
+ *
+ * The raw stream still carries the reports: the panel's chart reads them before this.
+ */
+export class ReadableLog {
+  private _held = new Map<string, ILogRecord>();
+  private _tracebacks = new Map<string, string[]>();
+  private _box = new Map<string, number>();
+
+  /** The records to show for one raw record (none, one, or held lines and the record). */
+  push(rec: ILogRecord): ILogRecord[] {
+    return this._fold(rec.source, rec.line).flatMap(line => this._one(rec.source, line));
+  }
+
+  /** What is still held, at the end of the log. */
+  finish(): ILogRecord[] {
+    const out: ILogRecord[] = [];
+    for (const [source, lines] of this._tracebacks) {
+      for (const line of lines) {
+        out.push(...this._one(source, line));
+      }
+    }
+    this._tracebacks.clear();
+    out.push(...this._held.values());
+    this._held.clear();
+    return out;
+  }
+
+  /**
+   * torchrun's traceback and `ChildFailedError` box, printed after a rank failed, are folded
+   * away: a traceback is held until its exception line, and passed on unless it is torchrun's.
+   */
+  private _fold(source: string, line: string): string[] {
+    if (line.includes(PROTOCOL_PREFIX)) {
+      return [line];
+    }
+    const box = this._box.get(source);
+    if (box !== undefined) {
+      if (line.startsWith('=====')) {
+        if (box <= 1) {
+          this._box.delete(source);
+        } else {
+          this._box.set(source, box - 1);
+        }
+      }
+      return [];
+    }
+    const held = this._tracebacks.get(source);
+    if (!held) {
+      if (line.startsWith(ELASTIC)) {
+        this._box.set(source, 2); // torchrun's box without a traceback before it
+        return [];
+      }
+      if (line.trim() === TRACEBACK) {
+        this._tracebacks.set(source, [line]);
+        return [];
+      }
+      return [line];
+    }
+    if (line.startsWith(' ') || line.startsWith('\t') || line.trim() === '') {
+      held.push(line);
+      return [];
+    }
+    this._tracebacks.delete(source);
+    if (line.startsWith(ELASTIC)) {
+      this._box.set(source, 2);
+      return [];
+    }
+    return [...held, line];
+  }
+
+  private _one(source: string, line: string): ILogRecord[] {
+    if (line.startsWith('\r') || isBanner(line)) {
+      return [];
+    }
+    const idx = line.indexOf(PROTOCOL_PREFIX);
+    if (idx >= 0) {
+      const head = collapseCr(line.slice(0, idx));
+      if (head.trim() !== '') {
+        this._held.set(source, { source, line: head });
+      }
+      return [];
+    }
+    const out: ILogRecord[] = [];
+    const text = collapseCr(line);
+    const bar = this._held.get(source);
+    if (bar) {
+      this._held.delete(source);
+      out.push(bar);
+      if (text.trim() === '') {
+        return out; // the newline that ended the bar's line
+      }
+    }
+    out.push({ source, line: text });
+    return out;
+  }
+}

@@ -12,6 +12,7 @@ import * as api from './api';
 import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
 import {
+  failureText,
   filterJobs,
   formatAge,
   formatNodes,
@@ -335,7 +336,7 @@ export class TrainerSidebar extends Widget {
 
   private _updateRow(row: IRow, job: IJob, now: number): void {
     setBadge(row.badge, job.status, statusKey(job.status));
-    const tip = [job.reason, job.message].filter(Boolean).join(': ');
+    const tip = failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
     row.badge.title = tip ? `Status: ${job.status} (${tip})` : `Status: ${job.status}`;
     row.framework.textContent = job.framework || '-';
     row.nodes.textContent = `${formatNodes(job)} nodes`;

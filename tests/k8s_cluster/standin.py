@@ -805,6 +805,9 @@ class StandIn:
             (pod.cwd / "tmp").mkdir(exist_ok=True)
             penv["TMPDIR"] = str(pod.cwd / "tmp")  # a container's own /tmp
             penv.update(env)
+            # What a kubelet mounts at terminationMessagePath (/dev/termination-log).
+            (pod.cwd / "termination-log").write_text("")
+            penv["KF_JUPYTER_TERMINATION_LOG"] = str(pod.cwd / "termination-log")
             if os.geteuid() == 0 and pod.rjob == "launcher":
                 penv.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             with pod.log_path.open("ab") as out:
@@ -877,6 +880,10 @@ class StandIn:
             "reason": "Completed" if rc == 0 else "Error",
             "finishedAt": _now(),
         }
+        with contextlib.suppress(OSError):
+            message = (pod.cwd / "termination-log").read_text()[:4096]
+            if message:
+                term["message"] = message
         pod.done.set()
         self._pod_status(pod, "Succeeded" if rc == 0 else "Failed", {"terminated": term})
 

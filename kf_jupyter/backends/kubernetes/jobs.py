@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -23,10 +24,12 @@ from ...errors import (
     JobFailedError,
     JobNotFoundError,
     JobStateError,
+    KFJupyterError,
     NamespaceNotFoundError,
     ValidationError,
     WaitTimeoutError,
 )
+from ...failure import failure_from_pods, failure_text
 from ...progress import parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
@@ -123,6 +126,9 @@ class JobsMixin(RuntimesMixin):
         )
         chosen = newest_pods(pods) if pods is not None else None
         status, reason, message = job_status(obj, chosen, num_nodes)
+        failure = failure_from_pods(chosen) if status == FAILED else None
+        if failure is not None:
+            message = f"{failure_text(failure)}\n({message or reason})"
         completion = None
         if status in TERMINAL:
             completion = parse_time(conditions(obj)[status].get("lastTransitionTime"))
@@ -142,6 +148,7 @@ class JobsMixin(RuntimesMixin):
             steps=[pod_step(p) for p in chosen or []],
             labels=dict(meta.get("labels") or {}),
             trainer_status=parse_trainer_status((obj.get("status") or {}).get("trainerStatus")),
+            failure=failure,
         )
 
     def _check_namespace(self) -> None:
@@ -290,6 +297,8 @@ class JobsMixin(RuntimesMixin):
                         cb(job)
                 last = job
                 if job.status == FAILED and FAILED not in wanted:
+                    with contextlib.suppress(KFJupyterError):  # the pods hold the root cause
+                        job = self._to_trainjob(obj, self._list_pods(pod_selector(name)), runtimes)
                     raise JobFailedError(
                         f"TrainJob {name!r} failed ({job.reason or 'Failed'}: "
                         f"{job.message or 'no message'}). Read its logs with "

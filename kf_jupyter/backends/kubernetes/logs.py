@@ -19,8 +19,9 @@ from typing import Any
 
 from ...constants import CLUSTER_RUNTIME_KIND, LAUNCHER_JOB, RESULT_PREFIX, RUNTIME_KIND
 from ...errors import BackendError, JobFailedError, JobNotFoundError, ValidationError
+from ...logview import collapse_cr
 from ...types import COMPLETE, FAILED, LogRecord, TrainJob
-from ..base import tag_records
+from ..base import human_records, tag_records
 from .api import REQUEST_TIMEOUT, KubeApi
 from .errors import Where, is_api_exception, retryable
 from .jobs import JobsMixin
@@ -112,6 +113,7 @@ class _Reader(threading.Thread):
         line = raw.decode("utf-8", "replace")
         if line.endswith("\r"):
             line = line[:-1]
+        line = collapse_cr(line)  # a progress bar: what a terminal shows (kf_jupyter.logview)
         self.f.q.put(("line", LogRecord(self.source, line)))
 
     def _tail(self, n: int) -> int:
@@ -397,7 +399,7 @@ class LogsMixin(JobsMixin):
         """Log lines, tagged `[node-N] ` when the job has more than one pod."""
         job = self.get_job(name)
         multi = len(self.log_sources(job, step)) > 1
-        return tag_records(self.iter_log_records(name, step, follow, tail_lines), multi)
+        return tag_records(human_records(self, name, step, follow, tail_lines), multi)
 
     def get_job_result(self, name: str) -> Any:
         """The function's return value: the `##kf-jupyter:result` line of global rank 0's log."""

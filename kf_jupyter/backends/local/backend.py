@@ -36,6 +36,7 @@ from ...errors import (
     ValidationError,
     WaitTimeoutError,
 )
+from ...failure import failure_from_dict
 from ...progress import parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
@@ -54,7 +55,7 @@ from ...types import (
 )
 from ...workspace import ENV_DIR as WS_ENV_DIR
 from ...workspace import copy_into, snapshot_for
-from ..base import StatusCallback, resolve_runtime_arg, tag_records
+from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
 from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
@@ -325,6 +326,8 @@ class LocalBackend:
                 "KF_JUPYTER_RESULT_FILE": str(jd / "result.pkl"),
                 "KF_JUPYTER_NODE_RANK": str(proc.node_index),
                 "KF_JUPYTER_JOB_NAME": plan.job_name,
+                # No pod here: a notebook server running in a pod must keep its own message.
+                "KF_JUPYTER_TERMINATION_LOG": "",
             }
         )
         if provided:
@@ -528,6 +531,7 @@ class LocalBackend:
             completion_time=_time(st.get("finished")),
             steps=steps,
             trainer_status=self._trainer_status(st["name"]),
+            failure=failure_from_dict(st.get("failure")),
             warm=self._warm_state(st["name"]),
         )
 
@@ -653,7 +657,7 @@ class LocalBackend:
         processes = len(st.get("processes") or {}) or int(st.get("num_nodes") or 1)
         # Decided by the job's shape, not by which files exist yet, so it never changes mid-stream.
         multi = step is None and (ranks > 1 or processes > 1)
-        return tag_records(self.iter_log_records(name, step, follow, tail_lines), multi)
+        return tag_records(human_records(self, name, step, follow, tail_lines), multi)
 
     # ------------------------------------------------------------------ wait / delete
 

@@ -17,9 +17,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from ...logview import UPDATE, collapse_cr
 from ...types import LogRecord
 
 POLL_SECONDS = 0.05
+UPDATE_BYTES = 65536  # how much of a line being written an update looks at
 CHUNK = 1 << 20
 BLOCK = 1 << 16
 
@@ -52,7 +54,7 @@ def list_sources(log_dir: str) -> list[str]:
 
 def _decode(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace")
-    return text[:-1] if text.endswith("\r") else text
+    return collapse_cr(text[:-1] if text.endswith("\r") else text)
 
 
 def _after_newlines_back(fh: BinaryIO, hi: int, count: int) -> int:
@@ -122,9 +124,11 @@ class _Cursor:
     very long line (a progress bar redrawn with `\\r` for hours) costs its length, not its square.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, updates: bool = False) -> None:
         self.fh = open(path, "rb")
         self.pieces: list[bytes] = []
+        self.updates = updates  # follow: yield `\r` updates of the line being written
+        self.shown = ""
 
     def tail(self, n: int) -> list[str]:
         """The last `n` complete lines written so far; reading goes on right after them.
@@ -151,6 +155,7 @@ class _Cursor:
                 self.pieces.append(chunk)
                 continue
             head = chunk[:last]
+            self.shown = ""
             if self.pieces:
                 self.pieces.append(head)
                 head = b"".join(self.pieces)
@@ -163,7 +168,26 @@ class _Cursor:
         if final and self.pieces:
             out.append(_decode(b"".join(self.pieces)))
             self.pieces = []
+        elif self.updates and self.pieces:
+            self._update(out)
         return out
+
+    def _update(self, out: list[str]) -> None:
+        """A progress bar still being written: its current state as one `\r` update record.
+
+        Looks at the end of the line only (at most 64 KiB), however long the bar has run.
+        """
+        tail = b""
+        for piece in reversed(self.pieces):
+            tail = piece + tail
+            if b"\r" in tail.rstrip(b"\r") or len(tail) > UPDATE_BYTES:
+                break
+        if b"\r" not in tail:
+            return  # a long line without carriage returns: it shows when it ends
+        text = _decode(tail[-UPDATE_BYTES:])
+        if text and text != self.shown:
+            self.shown = text
+            out.append(UPDATE + text)
 
     def close(self) -> None:
         """Close the file."""
@@ -219,7 +243,7 @@ def iter_records(
                 if wanted(source) and source not in cursors:
                     path = os.path.join(log_dir, source + ".log")
                     try:
-                        cur = _Cursor(path)
+                        cur = _Cursor(path, updates=True)
                     except FileNotFoundError:
                         continue
                     cursors[source] = cur

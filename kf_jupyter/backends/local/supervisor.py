@@ -355,10 +355,46 @@ def tail_text(path: str, max_bytes: int = 65536) -> str:
         return ""
 
 
+ERROR_PREFIX = "##kf-jupyter:error "
+PROTOCOL_PREFIX = "##kf-jupyter:"
+
+
 def last_lines(path: str, n: int = TAIL_LINES) -> list[str]:
-    """The last `n` non-empty lines of a file."""
-    lines = [ln for ln in tail_text(path).splitlines() if ln.strip()]
+    """The last `n` non-empty lines of a file (kf-jupyter's protocol lines left out)."""
+    lines = [ln for ln in tail_text(path).splitlines() if ln.strip() and PROTOCOL_PREFIX not in ln]
     return lines[-n:]
+
+
+def error_records(job_dir: str) -> list[dict[str, Any]]:
+    """The `##kf-jupyter:error` records the runner wrote in the job's logs, earliest first."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(os.path.join(job_dir, "logs")):
+            if not entry.name.endswith(".log"):
+                continue
+            for line in tail_text(entry.path, 262144).splitlines():
+                idx = line.find(ERROR_PREFIX)
+                if idx < 0:
+                    continue
+                with contextlib.suppress(ValueError):
+                    rec = json.loads(line[idx + len(ERROR_PREFIX) :])
+                    if isinstance(rec, dict) and rec.get("exc_type"):
+                        found.append(rec)
+    return sorted(found, key=lambda r: (float(r.get("time") or 0), int(r.get("rank") or 0)))
+
+
+def failure_of(job_dir: str) -> dict[str, Any] | None:
+    """The root cause as `types.Failure` fields: the earliest exception any rank reported."""
+    records = error_records(job_dir)
+    if not records:
+        return None
+    rec = records[0]
+    return {
+        "source": str(rec.get("source") or "Rank ?"),
+        "exc_type": str(rec.get("exc_type")),
+        "message": str(rec.get("message") or ""),
+        "traceback": [str(x) for x in rec.get("traceback") or []],
+    }
 
 
 _TORCH_ROOT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
@@ -409,6 +445,32 @@ def failed_rank(job_dir: str, process_logs: dict[str, str]) -> tuple[int | None,
     return None, None
 
 
+def fallback_failure(
+    job_dir: str, name: str, code: int, program: str | None = None
+) -> dict[str, Any]:
+    """The cause when no rank reported an exception (a signal, os._exit, a crash): who and how.
+
+    A process that runs Python itself (no torchrun/mpirun in between) is one rank: node-N is
+    Rank N (JAX, XGBoost and plain jobs run one process per node).
+    """
+    logs = os.path.join(job_dir, "logs")
+    texts = {name: tail_text(os.path.join(logs, f"{name}.log"))}
+    rank, rank_code = failed_rank(job_dir, texts)
+    node = re.fullmatch(r"node-(\d+)", name)
+    if rank is None and node and (program or "").startswith("python"):
+        rank, rank_code = int(node.group(1)), code
+    if rank is not None:
+        how = describe_exit(rank_code if rank_code is not None else code)
+        lines = last_lines(os.path.join(logs, f"rank-{rank}.log"))
+        return {"source": f"Rank {rank}", "exc_type": how, "message": "", "traceback": lines}
+    return {
+        "source": name,
+        "exc_type": describe_exit(code),
+        "message": "",
+        "traceback": last_lines(os.path.join(logs, f"{name}.log")),
+    }
+
+
 def failure_message(job_dir: str, name: str, code: int, program: str | None = None) -> str:
     """One message naming the failed rank (or process), its exit code and its last log lines."""
     logs = os.path.join(job_dir, "logs")
@@ -421,6 +483,30 @@ def failure_message(job_dir: str, name: str, code: int, program: str | None = No
     rank, rank_code = failed_rank(job_dir, texts)
     code_text = describe_exit(code)
     proc = f"{name} ({program})" if program else name
+    node = re.fullmatch(r"node-(\d+)", name)
+    if rank is None and node and (program or "").startswith("python"):
+        # The process is the rank itself (one process per node): name the rank only.
+        head = (
+            f"Rank {node.group(1)} was {code_text}."
+            if code < 0
+            else (f"Rank {node.group(1)} failed ({code_text}).")
+        )
+        body = "\n".join(last_lines(proc_log)) or "(no output)"
+        cause = failure_of(job_dir)
+        if cause is None:
+            return (
+                f"{head} The other processes were stopped. Last lines of {name}.log:\n{body}\n"
+                "See every line with client.get_job_logs(name)."
+            )
+    cause = failure_of(job_dir)
+    if cause is not None:
+        what = cause["exc_type"] + (f": {cause['message']}" if cause["message"] else "")
+        return (
+            f"{cause['source']} failed: {what}\n"
+            + "\n".join(cause["traceback"])
+            + f"\n(process {proc} then ended with {code_text}; the other processes were "
+            "stopped. See every line with client.get_job_logs(name).)"
+        )
     if rank is not None:
         rcode = describe_exit(rank_code) if rank_code is not None else code_text
         if rank_code is not None and rank_code < 0:
@@ -535,6 +621,13 @@ class Supervisor:
         for e in events:
             append_event(self.job_dir, *e)
         finish_status(self.job_dir, status, reason, message)
+
+    def _record_failure(self, name: str, code: int) -> None:
+        """Put the root cause (`failure` in status.json) beside the message."""
+        failure = failure_of(self.job_dir) or fallback_failure(
+            self.job_dir, name, code, self._program(name)
+        )
+        self._update(lambda st: st.update(failure=failure))
 
     def _logs_full(self) -> bool:
         free = free_bytes(os.path.join(self.job_dir, "logs"))
@@ -803,6 +896,7 @@ class Supervisor:
             if bad:
                 name, code = bad[0]
                 self._stop_all()
+                self._record_failure(name, code)
                 self._finish(
                     FAILED,
                     REASON_FAILED,

@@ -1,4 +1,5 @@
 import {
+  failureText,
   filterJobs,
   formatAge,
   formatDuration,
@@ -117,5 +118,17 @@ describe('groupRuntimes', () => {
     ]);
     expect(g.map(x => x.framework)).toEqual(['deepspeed', 'torch', 'other']);
     expect(g[1].runtimes.map(r => r.name)).toEqual(['a-torch', 'torch-distributed']);
+  });
+});
+
+describe('failureText', () => {
+  it('puts the root cause first', () => {
+    const job = {
+      name: 'j',
+      status: 'Failed',
+      failure: { source: 'Rank 1', exc_type: 'NameError', message: "name 'x' is not defined", traceback: ['  File "<training cell>", line 6'] }
+    };
+    expect(failureText(job)).toBe("Rank 1 failed: NameError: name 'x' is not defined\n  File \"<training cell>\", line 6");
+    expect(failureText({ name: 'j', status: 'Complete' })).toBeUndefined();
   });
 });

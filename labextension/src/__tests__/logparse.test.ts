@@ -1,4 +1,4 @@
-import { parseLogEventData, parseSourcedLine, sortSources, SseParser } from '../logparse';
+import { collapseCr, parseLogEventData, parseSourcedLine, ReadableLog, sortSources, SseParser } from '../logparse';
 
 describe('parseSourcedLine', () => {
   it('splits "[source] line"', () => {
@@ -95,5 +95,69 @@ describe('sortSources', () => {
       'rank-10',
       'zzz'
     ]);
+  });
+});
+
+describe('ReadableLog', () => {
+  const feed = (lines: [string, string][]) => {
+    const log = new ReadableLog();
+    const out = lines.flatMap(([source, line]) => log.push({ source, line }));
+    return [...out, ...log.finish()].map(r => `${r.source}|${r.line}`);
+  };
+  it('hides protocol lines and the torchrun OMP banner', () => {
+    expect(
+      feed([
+        ['node-0', 'W1201 10:03:00.179000 9785 torch/distributed/run.py:874] '],
+        ['node-0', 'W1201 10:03:00.179000 9785 torch/distributed/run.py:874] *****'],
+        [
+          'node-0',
+          'W1201 10:03:00.179000 9785 torch/distributed/run.py:874] Setting OMP_NUM_THREADS environment variable for each process to be 1 in default'
+        ],
+        ['rank-0', '##kf-jupyter:report {"step": 1, "metrics": {}}'],
+        ['rank-0', 'hello'],
+        ['rank-0', '##kf-jupyter:result 7'],
+        ['rank-1', '##kf-jupyter:error {"exc_type": "E"}']
+      ])
+    ).toEqual(['rank-0|hello']);
+  });
+  it('keeps one line for a progress bar, also when report() lines interrupt it', () => {
+    const rep = '##kf-jupyter:report {"step": 1, "metrics": {}}';
+    expect(
+      feed([
+        ['rank-0', '\r 10%|#'],
+        ['rank-0', `  0%|  | 0/2${rep}`],
+        ['rank-1', 'other'],
+        ['rank-0', ` 50%|# | 1/2${rep}`],
+        ['rank-0', `100%|##| 2/2${rep}`],
+        ['rank-0', ''],
+        ['rank-0', 'a\rb\r'],
+        ['rank-0', 'done']
+      ])
+    ).toEqual(['rank-1|other', 'rank-0|100%|##| 2/2', 'rank-0|b', 'rank-0|done']);
+  });
+  it('collapses carriage returns as a terminal shows them', () => {
+    expect(collapseCr('a\r b\r')).toBe(' b');
+    expect(collapseCr('plain')).toBe('plain');
+  });
+});
+
+describe('ReadableLog folds torchrun dumps', () => {
+  it("drops torchrun's ChildFailedError traceback and box, keeps a user's traceback", () => {
+    const log = new ReadableLog();
+    const lines = [
+      'Traceback (most recent call last):',
+      '  File "<training cell>", line 6, in kf_train_cell',
+      "NameError: name 'x' is not defined",
+      'Traceback (most recent call last):',
+      '  File "/venv/bin/torchrun", line 6, in <module>',
+      'torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ',
+      '=====',
+      'x FAILED',
+      '  rank      : 1 (local_rank: 1)',
+      '=====',
+      'after'
+    ];
+    const out = lines.flatMap(line => log.push({ source: 'node-0', line })).map(r => r.line);
+    expect(out).toEqual([...lines.slice(0, 3), 'after']);
   });
 });

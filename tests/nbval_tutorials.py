@@ -1,4 +1,5 @@
-"""pytest set-up for the nbval run of the tutorials (`pytest --nbval-lax notebooks/`).
+"""pytest plugin for the nbval run of the tutorials (`pytest -p tests.nbval_tutorials --nbval-lax
+notebooks/`, as scripts/test.sh runs it; kept here so the tutorials folder holds only tutorials).
 
 - Every run gets a fresh local job store (`KF_JUPYTER_STATE_DIR`), so `%kf_jobs` and the final
   "jobs still running" cells see only the tutorials' jobs, never the developer's.

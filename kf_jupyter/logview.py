@@ -1,0 +1,156 @@
+"""Log lines as a person reads them (pure): protocol lines hidden, banners folded, `\r` bars.
+
+`iter_log_records` stays raw (the monitor, the server and the lab panel read progress, metrics,
+results and errors from it). Every user-facing text view passes lines through here:
+
+- kf-jupyter's own lines (`##kf-jupyter:report ...`, `result`, `error`) are hidden;
+- torchrun's `OMP_NUM_THREADS` banner (four lines per torchrun) is folded away;
+- torchrun's own traceback and "ChildFailedError" box, printed after a rank failed, are
+  folded away (the rank's own traceback, and the job's failure, say what happened);
+- a carriage-return progress bar (tqdm writing `\r` and no newline to a file) is one line: what a
+  terminal would show. A record whose line starts with `\r` is an update of the line still being
+  written (the local backend emits these while following); it replaces that source's previous
+  update, and the completed line replaces it in turn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from .constants import PROTOCOL_PREFIX
+from .types import LogRecord
+
+#: The prefix of a record that updates the line a source is still writing (a progress bar).
+UPDATE = "\r"
+
+_OMP_BANNER = re.compile(
+    r"^[WI]\d{4} [\d:.]+ +\d+ \S*torch/distributed/run\.py:\d+\] "
+    r"(\**|Setting OMP_NUM_THREADS environment variable .*)\s*$"
+)
+
+
+def is_protocol(line: str) -> bool:
+    """A line kf-jupyter's runner printed for kf-jupyter (report, result, error)."""
+    return PROTOCOL_PREFIX in line
+
+
+def is_banner(line: str) -> bool:
+    """A line of torchrun's `Setting OMP_NUM_THREADS ... to be 1` banner."""
+    return "torch/distributed/run.py" in line and bool(_OMP_BANNER.match(line))
+
+
+def collapse_cr(line: str) -> str:
+    """What a terminal shows for a line with carriage returns: its last non-empty segment."""
+    if "\r" not in line:
+        return line
+    parts = [p for p in line.split("\r") if p.strip()]
+    return parts[-1] if parts else ""
+
+
+def is_update(line: str) -> bool:
+    """The record updates a line still being written (see the module docstring)."""
+    return line.startswith(UPDATE)
+
+
+def shown(line: str) -> bool:
+    """The line belongs in a text view (not protocol, not the banner, not an update)."""
+    return not (is_update(line) or is_protocol(line) or is_banner(line))
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_ELASTIC = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+
+
+class DumpFolder:
+    """Folds torchrun's traceback and `ChildFailedError` box away, per source, as lines stream.
+
+    A traceback is held until its exception line: torchrun's (`ChildFailedError`) is dropped with
+    the `=====` box after it; any other is passed on whole. `push` returns the lines to pass on.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, list[str]] = {}
+        self._box: dict[str, int] = {}  # source -> `=====` lines still to skip
+
+    def push(self, source: str, line: str) -> list[str]:
+        """The lines of `source` to show now (none while a traceback is held)."""
+        if PROTOCOL_PREFIX in line:
+            return [line]  # reports, results and errors always reach their readers
+        if source in self._box:
+            if line.startswith("====="):
+                self._box[source] -= 1
+                if not self._box[source]:
+                    del self._box[source]
+            return []
+        held = self._held.get(source)
+        if held is None:
+            if line.startswith(_ELASTIC):  # torchrun's box without a traceback before it
+                self._box[source] = 2
+                return []
+            if line.strip() == _TRACEBACK:
+                self._held[source] = [line]
+                return []
+            return [line]
+        if line.startswith((" ", "\t")) or not line.strip():
+            held.append(line)
+            return []
+        del self._held[source]
+        if line.startswith(_ELASTIC):
+            self._box[source] = 2
+            return []
+        return [*held, line]
+
+    def finish(self) -> list[tuple[str, str]]:
+        """Lines still held when the log ends (a traceback cut short)."""
+        out = [(src, ln) for src, lines in self._held.items() for ln in lines]
+        self._held.clear()
+        return out
+
+
+def readable(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
+    """The records a text view prints: hidden ones dropped, `\r` lines collapsed.
+
+    Text before a protocol record on the same line (a progress bar drawn when `report()`
+    printed) is a bar the record's newline interrupted: it is held and replaced by the next
+    such line of its source, and shown once when the bar's line ends.
+    """
+    held: dict[str, LogRecord] = {}
+    dump = DumpFolder()
+
+    def lines() -> Iterator[tuple[str, str]]:
+        for rec in records:
+            for line in dump.push(rec.source, rec.line):
+                yield rec.source, line
+        yield from dump.finish()
+
+    for source, line in lines():
+        if is_update(line) or is_banner(line):
+            continue
+        idx = line.find(PROTOCOL_PREFIX)
+        if idx >= 0:
+            head = collapse_cr(line[:idx])
+            if head.strip():
+                held[source] = LogRecord(source, head)
+            continue
+        text = collapse_cr(line)
+        bar = held.pop(source, None)
+        if bar is not None:
+            yield bar
+            if not text.strip():
+                continue  # the newline that ended the bar's line
+        yield LogRecord(source, text)
+    yield from held.values()
+
+
+#: Extra raw lines read for `tail_lines`, so that hidden lines do not shorten the tail.
+TAIL_SLACK = 32
+
+
+def last_readable(records: Iterable[LogRecord], n: int) -> list[LogRecord]:
+    """The last `n` readable records of each source, sources in the order they came."""
+    tails: dict[str, deque[LogRecord]] = {}
+    for rec in readable(records):
+        tails.setdefault(rec.source, deque(maxlen=max(0, n))).append(rec)
+    return [rec for tail in tails.values() for rec in tail]
