@@ -111,13 +111,13 @@ class TestAdmin:
             kf = jp_serverapp.web_app.settings["kf_jupyter"]
             client = kf._clients[("kubernetes", k8s_namespace)]
             calls: list[Any] = []
-            read = client.get_job_logs
+            read = client.iter_log_records
 
             def counted(*args: Any, **kwargs: Any) -> Any:
                 calls.append((args, kwargs))
                 return read(*args, **kwargs)
 
-            client.get_job_logs = counted  # a spy: the real call still runs
+            client.iter_log_records = counted  # a spy: the real call still runs
             kf.progress_ttl = 3600.0
             for _ in range(3):
                 assert listed()["trainer_status"]["progress_percentage"] == 50

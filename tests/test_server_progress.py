@@ -37,7 +37,7 @@ def test_the_cache_reads_a_job_once_per_ttl() -> None:
 class _Failing:
     calls = 0
 
-    def get_job_logs(self, *args: Any, **kwargs: Any) -> Iterator[str]:
+    def iter_log_records(self, *args: Any, **kwargs: Any) -> Iterator[str]:
         self.calls += 1
         raise ConnectionError("the kubelet is gone")
 

@@ -46,7 +46,8 @@ def rank0_step(job: TrainJob) -> str:
 def read_progress(client: Any, job: TrainJob, tail_lines: int = TAIL_LINES) -> TrainerStatus | None:
     """Blocking: the last report marker of rank 0's log tail; None on any error (never raises)."""
     try:
-        lines = list(client.get_job_logs(job.name, step=rank0_step(job), tail_lines=tail_lines))
+        records = client.iter_log_records(job.name, step=rank0_step(job), tail_lines=tail_lines)
+        lines = [rec.line for rec in records]  # raw: get_job_logs hides the report lines
     except Exception:
         return None
     return status_from_lines(lines)
