@@ -130,3 +130,29 @@ def test_kf_jobs_and_the_monitor_say_why_a_job_waits() -> None:
     monitor = JobMonitor(Client(), "a", records=[], poll_status=False)
     monitor._apply_job(job)
     assert "Queued: Waiting in queue &#x27;q&#x27;" in monitor._header_html()
+
+
+@pytest.mark.slow
+def test_a_job_whose_initializer_runs_says_so_then_runs(backend: Any, k8s_standin: Any) -> None:
+    import kf_jupyter.sdk as sdk
+    from kf_jupyter import TorchTrainer
+    from kf_jupyter.options import TrainerCommand
+    from kf_jupyter.sdk.initializers import InitializerOption
+
+    init = sdk.Initializer(dataset=sdk.HuggingFaceDatasetInitializer(storage_uri="hf://org/data"))
+    hold = k8s_standin.hold_initializers
+    hold.touch()  # the dataset initializer keeps "downloading" until the file is gone
+    try:
+        opts = [InitializerOption(init), TrainerCommand(["bash", "-c", "echo trained"])]
+        name = backend.train(TorchTrainer(num_nodes=1), options=opts)
+        job = _waiting(backend, name, "Initializing")
+        assert job.status == "Created"
+        assert "dataset-initializer Running" in job.message
+        assert {s.name for s in job.steps} == {"dataset-initializer"}  # no trainer pod yet
+    finally:
+        hold.unlink(missing_ok=True)
+    job = backend.wait_for_job_status(name, {"Complete"}, timeout=120)
+    assert job.reason != "Initializing"
+    logs = "".join(backend.get_job_logs(name, step="dataset-initializer"))
+    assert "downloaded hf://org/data" in logs
+    assert "trained" in "".join(backend.get_job_logs(name))

@@ -63,6 +63,73 @@ class TestAdmin:
         missing = fetch(API, "jobs", "no-such-job", params=target)
         assert missing.code == 404 and json.loads(missing.body)["kind"] == "JobNotFoundError"
 
+    def test_progress_from_log_markers_when_the_cluster_has_no_trainer_status(
+        self,
+        fetch: Callable,
+        jp_serverapp: Any,
+        k8s_admin_kubeconfig: str,
+        k8s_namespace: str,
+        k8s_standin: Any,
+    ) -> None:
+        """TrainJobStatus gate off: progress only in `##kf-jupyter:report` lines; the jobs
+        route (what the lab sidebar reads) shows it, reading the log at most once per TTL."""
+        import time
+
+        from kf_jupyter import TorchTrainer
+        from kf_jupyter.backends.kubernetes.backend import KubernetesBackend
+        from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
+        from kf_jupyter.options import TrainerCommand
+
+        backend = KubernetesBackend(
+            KubernetesBackendConfig(namespace=k8s_namespace, config_file=k8s_admin_kubeconfig)
+        )
+        marker = '##kf-jupyter:report {"step": 3, "progress": 0.5, "metrics": {"loss": 0.125}}'
+        script = f"echo starting; echo '{marker}'; echo more; exec sleep 600"
+        name = backend.train(
+            TorchTrainer(num_nodes=1), options=[TrainerCommand(["bash", "-c", script])]
+        )
+        target = {"backend": "kubernetes", "namespace": k8s_namespace}
+
+        def listed() -> dict[str, Any]:
+            reply = fetch(API, "jobs", params=target)
+            assert reply.code == 200, reply.body
+            return next(j for j in json.loads(reply.body)["jobs"] if j["name"] == name)
+
+        try:
+            end = time.monotonic() + 90
+            job = listed()
+            while time.monotonic() < end and not (
+                job["status"] == "Running" and job["trainer_status"]
+            ):
+                time.sleep(0.3)
+                job = listed()
+            assert job["status"] == "Running", job
+            assert job["trainer_status"]["progress_percentage"] == 50
+            assert job["trainer_status"]["metrics"] == {"loss": "0.125", "step": "3"}
+            assert backend.get_job(name).trainer_status is None  # the cluster has none
+
+            kf = jp_serverapp.web_app.settings["kf_jupyter"]
+            client = kf._clients[("kubernetes", k8s_namespace)]
+            calls: list[Any] = []
+            read = client.iter_log_records
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                calls.append((args, kwargs))
+                return read(*args, **kwargs)
+
+            client.iter_log_records = counted  # a spy: the real call still runs
+            kf.progress_ttl = 3600.0
+            for _ in range(3):
+                assert listed()["trainer_status"]["progress_percentage"] == 50
+            assert calls == []  # within the TTL: the cached progress, no log request
+            kf.progress_ttl = 0.0
+            for _ in range(2):
+                assert listed()["trainer_status"]["progress_percentage"] == 50
+            assert len(calls) == 2  # once the TTL is over: one request per list, per job
+            assert calls[0][1] == {"step": "node-0", "tail_lines": 50}
+        finally:
+            backend.delete_job(name)
+
 
 class TestLimited:
     """A user allowed in team-a only."""

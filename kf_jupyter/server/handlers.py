@@ -222,8 +222,16 @@ class JobsHandler(KFHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        """List jobs."""
-        await self.answer("list_jobs", render=lambda jobs: {"jobs": [j.to_dict() for j in jobs]})
+        """List jobs (running Kubernetes jobs without trainerStatus: progress from log markers)."""
+        try:
+            client = await self.client()
+            jobs = await self.call(client.list_jobs)
+            if self.target()[0] == "kubernetes":
+                await self.kf.fill_log_progress(client, jobs)
+        except Exception as exc:
+            self.send_error_json(exc)
+            return
+        self.finish(json.dumps({"jobs": [j.to_dict() for j in jobs]}))
 
 
 class JobHandler(KFHandler):

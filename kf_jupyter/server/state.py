@@ -26,6 +26,7 @@ from ..errors import BackendError, ClusterUnreachableError, KFJupyterError, Vali
 
 if TYPE_CHECKING:
     from ..client import TrainerClient
+    from ..types import TrainJob
 
 T = TypeVar("T")
 
@@ -109,8 +110,17 @@ class KFJupyterServer(LoggingConfigurable):
         "503 'not answering'.",
     ).tag(config=True)
 
+    progress_ttl = Float(
+        10.0,
+        help="Seconds the progress read from a running Kubernetes job's log markers is reused "
+        "(jobs without trainerStatus): at most one log request per such job per this time.",
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        from .progress import ProgressCache
+
+        self._progress = ProgressCache()
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, self.api_threads), thread_name_prefix="kf-jupyter-api"
         )
@@ -187,6 +197,29 @@ class KFJupyterServer(LoggingConfigurable):
             raise ClusterUnreachableError(message) from None
         self._kube_stalled = None
         return result
+
+    async def fill_log_progress(self, client: TrainerClient, jobs: list[TrainJob]) -> None:
+        """Give running Kubernetes jobs without trainerStatus the progress of their last log
+        marker (cached per job for `progress_ttl`; read on the kubernetes pool; never raises)."""
+        from .progress import read_progress, wants_progress
+
+        wanted = [j for j in jobs if wants_progress(j)]
+        if not wanted:
+            return
+        stale = self._progress.claim(wanted, time.monotonic(), self.progress_ttl)
+
+        async def read(job: TrainJob) -> None:
+            try:
+                status = await self._run_kube(
+                    functools.partial(read_progress, client, job), self.kubernetes_request_timeout
+                )
+            except Exception:  # not answering, no thread free: no progress this time
+                status = None
+            self._progress.put(job, time.monotonic(), status)
+
+        await asyncio.gather(*(read(j) for j in stale))
+        for job in wanted:
+            job.trainer_status = self._progress.get(job)
 
     def open_stream(self) -> threading.Event:
         """Reserve a log-stream slot; the returned event tells its pump thread to stop."""

@@ -33,7 +33,15 @@ The one deliberate deviation (there is no cluster DNS): in the *process* environ
 and args, the master host ``<job>-node-0-0.<job>`` becomes ``127.0.0.1`` and port 29500 becomes
 a free port per job (``/etc/mpi/hostfile`` becomes a local file, all slots on ``localhost``; a volume's mountPath
 becomes the folder its files were written to).
-The Pod objects keep the real values. Not modelled: initializer steps, restarts,
+The Pod objects keep the real values.
+
+Initializers (facts doc: replicated jobs ``dataset-initializer`` / ``model-initializer`` run
+before ``node``): a TrainJob with ``spec.initializer`` gets a pod per entry
+(``<job>-dataset-initializer-0-0``, container of the same name, ``STORAGE_URI`` in its env) that
+prints what it "downloads"; the trainer pods are created only once all of them succeed (a failed
+one fails the job). Test knob: while the file ``hold_initializers`` exists they keep running.
+
+Not modelled: restarts,
 activeDeadlineSeconds, pod deletion by users, log timestamps.
 """
 
@@ -153,6 +161,8 @@ class StandIn:
         self._bin_dir = str(Path(sys.prefix) / "bin")
         self._status_httpd: http.server.ThreadingHTTPServer | None = None
         self._status_tokens: dict[tuple[str, str], str] = {}  # (namespace, TrainJob) -> token
+        # test knob: while this file exists, initializer pods keep running (see hold_initializers)
+        self.hold_initializers = self.workdir / "hold-initializers"
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> StandIn:
@@ -614,34 +624,15 @@ class StandIn:
         while cwd.exists():  # resumed: new pods, new (empty) logs, as on a cluster
             run += 1
             cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}-run{run}"
-        job.pods = self._plan(tj, rt, cwd)
-        for pod in job.pods:
-            if job.cancelled.is_set():
-                return
-            self._create_pod(pod)
-            with self._lock:
-                self._pods[(pod.namespace, pod.name)] = pod
-        last_retry = 0.0
+        trainers = self._plan(tj, rt, cwd)
+        inits = self._plan_initializers(tj, cwd)
+        job.pods = []
         failed: list[PodRun] = []
-        while not job.cancelled.is_set():
-            if time.monotonic() - last_retry > 2:  # (re)try to start waiting pods
-                last_retry = time.monotonic()
-                for pod in job.pods:
-                    if pod.waiting is not None or not pod.log_path.exists():
-                        if not job.cancelled.is_set():
-                            self._start_pod(pod)
-                self._patch_job(tj, job)
-            for pod in job.pods:
-                if pod.proc is not None and pod.exit_code is None:
-                    rc = pod.proc.poll()
-                    if rc is not None:
-                        self._finish_pod(pod, rc)
-                        self._patch_job(tj, job)
-            runners = [p for p in job.pods if p.argv]
-            failed = [p for p in runners if p.exit_code not in (None, 0)]
-            if failed or all(p.exit_code == 0 for p in runners):
+        for stage in [inits, trainers] if inits else [trainers]:  # JobSet dependsOn: in order
+            job.pods += stage
+            failed = self._run_stage(job, tj, stage)
+            if failed or job.cancelled.is_set():
                 break
-            time.sleep(0.05)
         if job.cancelled.is_set():
             return
         self._kill(job)  # on failure, JobSet fails the whole set
@@ -650,6 +641,83 @@ class StandIn:
                 rc = pod.proc.wait() if pod.proc is not None else (0 if not failed else 137)
                 self._finish_pod(pod, rc)
         self._patch_job(tj, job, final=True)
+
+    def _plan_initializers(self, tj: dict[str, Any], cwd: Path) -> list[PodRun]:
+        """A pod per ``spec.initializer`` entry (``dataset-initializer``, ``model-initializer``).
+
+        It "downloads" by printing its ``STORAGE_URI``; while the file ``hold_initializers``
+        names exists (a test knob) it keeps running.
+        """
+        ns, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+        pods = []
+        for kind, init in ((tj["spec"].get("initializer") or {}) or {}).items():
+            rjob = f"{kind}-initializer"
+            pod_name = f"{name}-{rjob}-0-0"
+            env = [{"name": "STORAGE_URI", "value": str(init.get("storageUri", ""))}]
+            env += list(init.get("env") or [])
+            script = (
+                f"while [ -e '{self.hold_initializers}' ]; do sleep 0.1; done; "
+                'echo "stand-in: downloaded $STORAGE_URI"'
+            )
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": ns,
+                    "labels": {
+                        "jobset.sigs.k8s.io/jobset-name": name,
+                        "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+                        "jobset.sigs.k8s.io/job-index": "0",
+                        "batch.kubernetes.io/job-completion-index": "0",
+                        "batch.kubernetes.io/job-name": f"{name}-{rjob}-0",
+                    },
+                },
+                "spec": {
+                    "nodeName": NODE_NAME,
+                    "restartPolicy": "Never",
+                    "subdomain": name,
+                    "containers": [
+                        {"name": rjob, "image": f"ghcr.io/kubeflow/trainer/{rjob}", "env": env}
+                    ],
+                },
+            }
+            pcwd = cwd / f"{rjob}-0"
+            pcwd.mkdir(parents=True, exist_ok=True)
+            argv = ["bash", "-c", script]
+            pods.append(PodRun(ns, pod_name, rjob, 0, body, pcwd, argv, lambda s: s, 0))
+        return pods
+
+    def _run_stage(self, job: JobRun, tj: dict[str, Any], stage: list[PodRun]) -> list[PodRun]:
+        """Create and run one stage's pods until one fails (returned) or all succeed."""
+        for pod in stage:
+            if job.cancelled.is_set():
+                return []
+            self._create_pod(pod)
+            with self._lock:
+                self._pods[(pod.namespace, pod.name)] = pod
+        last_retry = 0.0
+        failed: list[PodRun] = []
+        while not job.cancelled.is_set():
+            if time.monotonic() - last_retry > 2:  # (re)try to start waiting pods
+                last_retry = time.monotonic()
+                for pod in stage:
+                    if pod.waiting is not None or not pod.log_path.exists():
+                        if not job.cancelled.is_set():
+                            self._start_pod(pod)
+                self._patch_job(tj, job)
+            for pod in stage:
+                if pod.proc is not None and pod.exit_code is None:
+                    rc = pod.proc.poll()
+                    if rc is not None:
+                        self._finish_pod(pod, rc)
+                        self._patch_job(tj, job)
+            runners = [p for p in stage if p.argv]
+            failed = [p for p in runners if p.exit_code not in (None, 0)]
+            if failed or all(p.exit_code == 0 for p in runners):
+                break
+            time.sleep(0.05)
+        return failed
 
     def _create_pod(self, pod: PodRun) -> None:
         try:
@@ -759,7 +827,7 @@ class StandIn:
                     self._finish_pod(pod, 128)
                     return
         self._pod_status(pod, "Running", {"running": {"startedAt": _now()}}, ready=True)
-        self._event(pod.body, "Normal", "Started", "Started container node")
+        self._event(pod.body, "Normal", "Started", f"Started container {c['name']}")
 
     def _cannot_start(self, pod: PodRun, c: dict[str, Any]) -> bool:
         """The scheduler or the kubelet stops the pod here: a GPU (the node has none), or an
