@@ -33,7 +33,8 @@ def _int(value: Any) -> int | None:
     return int(value)
 
 
-def _time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time from the API (`2026-01-02T03:04:05Z`) as an aware datetime, or None."""
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -57,7 +58,7 @@ def parse_trainer_status(obj: Any) -> TrainerStatus | None:
         progress_percentage=_int(obj.get("progressPercentage")),
         estimated_remaining_seconds=_int(obj.get("estimatedRemainingSeconds")),
         metrics=metrics,
-        last_updated_time=_time(obj.get("lastUpdatedTime")),
+        last_updated_time=parse_time(obj.get("lastUpdatedTime")),
     )
 
 

@@ -141,16 +141,21 @@ def lab(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
             "log": tmp / "lab.log",
         }
     finally:
-        # stop the server and its kernels (own process group, started above)
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+        stop_lab(proc, log, tmp / "lab.log", "lab-server.log")
+
+
+def stop_lab(proc: subprocess.Popen, log: Any, log_path: Path | None, artifact: str | None) -> None:
+    """Stop a JupyterLab started in its own process group (with its kernels); keep its log."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()
+    if artifact and log_path is not None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tmp / "lab.log", ARTIFACTS / "lab-server.log")
+        shutil.copy(log_path, ARTIFACTS / artifact)
 
 
 def _check_build_is_ours(url: str, token: str) -> None:

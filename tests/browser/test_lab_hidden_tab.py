@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +25,7 @@ import pytest
 from kf_jupyter import JAXTrainer, LocalBackendConfig, TrainerClient
 
 from ..waits import wait_until
-from .conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port
+from .conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, _free_port, stop_lab
 
 pytestmark = pytest.mark.slow
 
@@ -103,15 +101,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         wait_until(listening, what="jupyter lab listening", poll=0.3)
         yield {"url": f"http://127.0.0.1:{port}", "token": token, "state": state}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tmp / "lab.log", ARTIFACTS / "lab-hidden-server.log")
+        stop_lab(proc, log, tmp / "lab.log", "lab-hidden-server.log")
 
 
 def _log_lines(client: TrainerClient, name: str) -> int:

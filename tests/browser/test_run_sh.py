@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from .conftest import ARTIFACTS, BUILD, CHROMIUM, CHROMIUM_ARGS, LABEXT, ROOT, _free_port
+from .conftest import ARTIFACTS, BUILD, CHROMIUM, CHROMIUM_ARGS, LABEXT, ROOT, _free_port, stop_lab
 
 pytestmark = pytest.mark.slow
 
@@ -105,9 +104,4 @@ def test_run_sh_opens_the_quickstart_without_the_news_popup(tmp_path: Path) -> N
         after = nbformat.read(nbdir / "01-quickstart.ipynb", as_version=4)
         assert _strip_volatile(after) == _strip_volatile(before)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        stop_lab(proc, log, None, None)

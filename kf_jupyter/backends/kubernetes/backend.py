@@ -10,6 +10,7 @@ See docs/kubernetes-backend.md for the request budget of each call.
 from __future__ import annotations
 
 from ...errors import WaitTimeoutError
+from ...progress import parse_time
 from .api import REQUEST_TIMEOUT, SA_NAMESPACE_FILE
 from .errors import trainer_missing
 from .events import EventsMixin
@@ -24,7 +25,7 @@ from .pods import (
     pod_step,
 )
 from .runtimes import RUNTIME_CACHE_SECONDS
-from .status import job_status, parse_time
+from .status import job_status
 
 
 class KubernetesBackend(LogsMixin, EventsMixin):

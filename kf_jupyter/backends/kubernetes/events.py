@@ -6,11 +6,11 @@ from datetime import datetime
 
 from ...config import mask_secrets
 from ...constants import STEP_NAMES
+from ...progress import parse_time
 from ...types import Event
 from .api import KubeApi
 from .errors import Where
 from .pods import pod_selector
-from .status import parse_time
 
 
 class EventsMixin(KubeApi):

@@ -30,7 +30,7 @@ from ...errors import (
     WaitTimeoutError,
 )
 from ...failure import failure_from_pods, failure_text
-from ...progress import parse_trainer_status
+from ...progress import parse_time, parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
 from ...types import COMPLETE, FAILED, STATUSES, TERMINAL, TrainJob
@@ -40,7 +40,7 @@ from .api import REQUEST_TIMEOUT
 from .errors import Where
 from .pods import POD_SELECTOR, newest_pods, pod_selector, pod_step
 from .runtimes import RuntimesMixin
-from .status import conditions, job_status, parse_time
+from .status import conditions, job_status
 from .watch import SYNC
 
 log = logging.getLogger("kf_jupyter.kubernetes")

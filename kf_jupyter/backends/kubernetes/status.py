@@ -5,23 +5,12 @@ Pure functions of the API's JSON (no requests).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from ...constants import LAUNCHER_JOB, NODE_JOB, QUEUE_LABEL, SUSPENDED_BY_USER_ANNOTATION
 from ...types import COMPLETE, CREATED, FAILED, RUNNING, SUSPENDED
 from .pods import pod_phase, pod_source
 from .waiting import waiting_reason
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 time from the API (`2026-01-02T03:04:05Z`) as an aware datetime."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
