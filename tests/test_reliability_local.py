@@ -531,7 +531,11 @@ def test_disk_full_under_torchrun(tiny_fs, tmp_path, record_property):
         # torchrun's own reporting is what this checks: the cold path (no warm pool).
         name = client.train(trainer, options=[Warm(False)])
         job_dir = client.backend.jobs_dir / name
-        wait_until(lambda d=ledger_dir: ledger_len(d, 0) > 0, what=f"run {run}: rank 0 printing")
+        # On a loaded machine one rank may fill the disk before the other prints at all.
+        wait_until(
+            lambda d=ledger_dir: ledger_len(d, 0) + ledger_len(d, 1) > 0,
+            what=f"run {run}: a rank printing",
+        )
         t0 = time.monotonic()
         with pytest.raises(JobFailedError, match="No space left on device") as err:
             client.wait_for_job_status(name, timeout=DEADLINE)
@@ -545,7 +549,7 @@ def test_disk_full_under_torchrun(tiny_fs, tmp_path, record_property):
             assert "(torchrun)" in message, message
         assert_no_leftovers(job_dir)
         checked += assert_ledger_kept(ledger_dir, job_dir, ranks=2, at_least=0)
-        assert ledger_len(ledger_dir, 0) > 0
+        assert ledger_len(ledger_dir, 0) + ledger_len(ledger_dir, 1) > 0
         client.delete_job(name)
     figures(
         record_property,
