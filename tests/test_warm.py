@@ -282,6 +282,8 @@ def test_no_pool_process_outlives_its_owner(tmp_path):
     state = tmp_path / "state"
     script = textwrap.dedent(
         f"""
+        import time
+
         from kf_jupyter import TorchTrainer, TrainerClient
         from kf_jupyter.backends.local.config import LocalBackendConfig
 
@@ -289,6 +291,11 @@ def test_no_pool_process_outlives_its_owner(tmp_path):
             return 1
 
         c = TrainerClient(LocalBackendConfig(state_dir={str(state)!r}))
+        # A loaded machine may import torch for longer than a job waits for the pool.
+        pool = c.backend.prestart_pool("torch")
+        end = time.monotonic() + 300
+        while not pool.socket.exists() and time.monotonic() < end:
+            time.sleep(0.05)
         for _ in range(2):
             name = c.train(TorchTrainer(func=f, num_nodes=1, num_proc_per_node=1))
             assert c.wait_for_job_status(name, timeout=180).warm
