@@ -324,8 +324,10 @@ def _kfj_call_xgboost(func, kwargs, rank):
         tracker = RabitTracker(host_ip=uri, n_workers=n_workers, port=port)
         tracker.start()
     try:
+        # More retries than XGBoost's default: on a loaded machine rank 0 may open its tracker
+        # seconds after the other ranks first dial it (each retry backs off).
         with collective.CommunicatorContext(
-            dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank)
+            dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank), dmlc_retry=10
         ):
             result = func(**kwargs)
     except Exception as exc:
