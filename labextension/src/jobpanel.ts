@@ -12,6 +12,7 @@ import { MetricsChart } from './chart';
 import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
 import { failureText, formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
+import { LiveLines } from './livelines';
 import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { LogQueue } from './logqueue';
 import { IReport, MetricSeries, parseReport } from './metrics';
@@ -155,6 +156,7 @@ export class JobPanel extends Widget {
       tabindex: '0',
       'aria-label': `Log of ${this.jobName}`
     });
+    this._log.append(this._live.node);
     // Only a scroll the user makes toggles "follow": trimming old lines or
     // appending new ones also fires scroll events.
     const markUser = (): void => {
@@ -366,6 +368,8 @@ export class JobPanel extends Widget {
     this._metrics.clear();
     this._feed.clear();
     this._log.textContent = '';
+    this._live.reset();
+    this._log.append(this._live.node);
     this._chart.render(this._metrics);
   }
 
@@ -415,7 +419,8 @@ export class JobPanel extends Widget {
         frag.append(this._lineNode(rec, isReport));
       }
     }
-    this._log.append(frag);
+    this._log.insertBefore(frag, this._live.node);
+    this._renderLive();
     this._trimLog();
     if (this._newSource) {
       this._newSource = false;
@@ -440,9 +445,19 @@ export class JobPanel extends Widget {
     return el;
   }
 
+  /** The lines sources are still writing (progress bars), below the finished lines. */
+  private _renderLive(): void {
+    const filter = this._rank.value;
+    this._live.render(
+      this._readable.live,
+      source => filter === ALL || source === filter,
+      rec => this._lineNode(rec, false)
+    );
+  }
+
   private _trimLog(): void {
-    let extra = this._log.childElementCount - this.maxLines;
-    while (extra-- > 0 && this._log.firstChild) {
+    let extra = this._log.childElementCount - 1 - this.maxLines; // 1: the live lines
+    while (extra-- > 0 && this._log.firstChild && this._log.firstChild !== this._live.node) {
       this._log.firstChild.remove();
     }
   }
@@ -456,7 +471,9 @@ export class JobPanel extends Widget {
       }
     }
     this._log.textContent = '';
-    this._log.append(frag);
+    this._live.reset();
+    this._log.append(frag, this._live.node);
+    this._renderLive();
     this._follow.checked = true;
     this._scrollIfFollowing();
   }
@@ -511,6 +528,7 @@ export class JobPanel extends Widget {
   private _follow!: HTMLInputElement;
   private _logState!: HTMLSpanElement;
   private _log!: HTMLDivElement;
+  private _live = new LiveLines();
   private _dropped!: HTMLDivElement;
   private _events!: HTMLTableSectionElement;
 }

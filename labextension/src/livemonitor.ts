@@ -28,6 +28,7 @@ import {
   parsePayload,
   statusLabel
 } from './livepayload';
+import { LiveLines } from './livelines';
 import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { MetricSeries, parseReport } from './metrics';
 import { sourceColour } from './palette';
@@ -128,6 +129,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._chart = new MetricsChart();
     this._chart.node.hidden = true;
     this._log = h('div', { className: 'kf-log kf-live-log', role: 'log', tabindex: '0', 'aria-label': `Log of ${p.name}` });
+    this._log.append(this._live.node);
     this._followBox = h('input', { type: 'checkbox', className: 'kf-live-follow', 'aria-label': 'Follow the end of the log' });
     this._followBox.checked = true;
     this._follow = new FollowTracker(this._log, following => {
@@ -275,6 +277,8 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._sources.clear();
     this._metrics.clear();
     this._log.textContent = '';
+    this._live.reset();
+    this._log.append(this._live.node);
   }
 
   private _onRecord(rec: ILogRecord): void {
@@ -305,20 +309,22 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
         }
       }
       shown.push(...this._readable.push(raw));
+      // every source that wrote (a rank showing only a progress bar too) is in the filter
+      if (raw.source && !this._sources.has(raw.source)) {
+        this._sources.add(raw.source);
+        newSource = true;
+      }
     }
     for (const rec of shown) {
       this._lines.push(rec);
-      if (rec.source && !this._sources.has(rec.source)) {
-        this._sources.add(rec.source);
-        newSource = true;
-      }
       if (filter === ALL || rec.source === filter) {
         frag.append(this._lineNode(rec));
       }
     }
-    this._log.append(frag);
-    let extra = this._log.childElementCount - LIVE_MAX_LINES;
-    while (extra-- > 0 && this._log.firstChild) {
+    this._log.insertBefore(frag, this._live.node);
+    this._renderLive();
+    let extra = this._log.childElementCount - 1 - LIVE_MAX_LINES; // 1: the live lines
+    while (extra-- > 0 && this._log.firstChild && this._log.firstChild !== this._live.node) {
       this._log.firstChild.remove();
     }
     if (newSource) {
@@ -352,8 +358,20 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
       }
     }
     this._log.textContent = '';
-    this._log.append(frag);
+    this._live.reset();
+    this._log.append(frag, this._live.node);
+    this._renderLive();
     this._follow.set(true);
+  }
+
+  /** The lines ranks are still writing (progress bars), below the finished lines. */
+  private _renderLive(): void {
+    const filter = this._filter.value;
+    this._live.render(
+      this._readable.live,
+      source => filter === ALL || source === filter,
+      rec => this._lineNode(rec)
+    );
   }
 
   private _renderSources(): void {
@@ -387,6 +405,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _failure!: HTMLPreElement;
   private _chart!: MetricsChart;
   private _log!: HTMLDivElement;
+  private _live = new LiveLines();
   private _followBox!: HTMLInputElement;
   private _follow!: FollowTracker;
   private _logState!: HTMLSpanElement;

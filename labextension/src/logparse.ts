@@ -209,9 +209,14 @@ const ELASTIC = 'torch.distributed.elastic.multiprocessing.errors.ChildFailedErr
 /**
  * The log as a person reads it (the same rules as kf_jupyter/logview.py): protocol lines and
  * torchrun's OMP banner hidden, `\r` progress bars collapsed, updates of a line still being
- * written (records starting with `\r`) skipped. Text before a protocol record on one line is
+ * written (records starting with `\r`) kept apart. Text before a protocol record on one line is
  * a progress bar the record's newline interrupted: it is held, replaced by the next such line
  * of its source, and shown once when the bar's line ends.
+ *
+ * `live` holds, per source, the line it is still writing (a tqdm bar redrawn with `\r` and no
+ * newline yet): the views show it below the finished lines, updated in place, and drop it
+ * when the source's line ends (the finished line then comes through `push`), as a terminal
+ * would show it (the same rule as kf_jupyter/widgets/state.py).
  *
  * The raw stream still carries the reports: the panel's chart reads them before this.
  */
@@ -219,14 +224,31 @@ export class ReadableLog {
   private _held = new Map<string, ILogRecord>();
   private _tracebacks = new Map<string, string[]>();
   private _box = new Map<string, number>();
+  private _live = new Map<string, string>();
+
+  /** The line each source is still writing (a progress bar), by source; see the class. */
+  get live(): ReadonlyMap<string, string> {
+    return this._live;
+  }
 
   /** The records to show for one raw record (none, one, or held lines and the record). */
   push(rec: ILogRecord): ILogRecord[] {
+    if (rec.line.startsWith('\r')) {
+      const text = collapseCr(rec.line);
+      if (text.trim() !== '') {
+        this._live.set(rec.source, text);
+      }
+      return [];
+    }
+    if (!rec.line.includes(PROTOCOL_PREFIX)) {
+      this._live.delete(rec.source); // the line it was writing has ended
+    }
     return this._fold(rec.source, rec.line).flatMap(line => this._one(rec.source, line));
   }
 
   /** What is still held, at the end of the log. */
   finish(): ILogRecord[] {
+    this._live.clear();
     const out: ILogRecord[] = [];
     for (const [source, lines] of this._tracebacks) {
       for (const line of lines) {
@@ -291,6 +313,7 @@ export class ReadableLog {
       const head = collapseCr(line.slice(0, idx));
       if (head.trim() !== '') {
         this._held.set(source, { source, line: head });
+        this._live.set(source, head); // the bar goes on after the record's newline
       }
       return [];
     }

@@ -135,6 +135,31 @@ describe('ReadableLog', () => {
       ])
     ).toEqual(['rank-1|other', 'rank-0|100%|##| 2/2', 'rank-0|b', 'rank-0|done']);
   });
+  it('holds the line a source is still writing as its live line, until the line ends', () => {
+    const rep = '##kf-jupyter:report {"step": 1, "metrics": {}}';
+    const log = new ReadableLog();
+    const live = (): Record<string, string> => Object.fromEntries(log.live);
+    expect(log.push({ source: 'rank-0', line: '\r  0%|  | 0/3' })).toEqual([]);
+    expect(live()).toEqual({ 'rank-0': '  0%|  | 0/3' });
+    log.push({ source: 'rank-1', line: '\r 33%|# | 1/3\r 66%|##| 2/3' });
+    expect(live()).toEqual({ 'rank-0': '  0%|  | 0/3', 'rank-1': ' 66%|##| 2/3' });
+    log.push({ source: 'rank-0', line: '\r\r' }); // a blank redraw keeps what was shown
+    expect(live()['rank-0']).toBe('  0%|  | 0/3');
+    // report() while the bar is drawn: the bar goes on, still live
+    expect(log.push({ source: 'rank-0', line: ` 33%|# | 1/3${rep}` })).toEqual([]);
+    expect(live()['rank-0']).toBe(' 33%|# | 1/3');
+    log.push({ source: 'rank-0', line: '\r 66%|##| 2/3' });
+    expect(live()['rank-0']).toBe(' 66%|##| 2/3');
+    // the line ends: the finished bar is an ordinary line and the live line goes
+    expect(log.push({ source: 'rank-0', line: '\r100%|###| 3/3' })).toEqual([]);
+    expect(log.push({ source: 'rank-0', line: ' 66%|##| 2/3\r100%|###| 3/3' })).toEqual([
+      { source: 'rank-0', line: ' 33%|# | 1/3' },
+      { source: 'rank-0', line: '100%|###| 3/3' }
+    ]);
+    expect(live()).toEqual({ 'rank-1': ' 66%|##| 2/3' });
+    expect(log.finish()).toEqual([]);
+    expect(live()).toEqual({});
+  });
   it('collapses carriage returns as a terminal shows them', () => {
     expect(collapseCr('a\r b\r')).toBe(' b');
     expect(collapseCr('plain')).toBe('plain');
