@@ -49,6 +49,15 @@ def collapse_cr(line: str) -> str:
     return parts[-1] if parts else ""
 
 
+def log_lines(text: str) -> list[str]:
+    """A log's text as the lines a terminal shows: split at newlines only (not at `\r` or the
+    other separators `str.splitlines` knows), a CRLF's `\r` dropped, `\r` bars collapsed."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ended the last line
+    return [collapse_cr(ln[:-1] if ln.endswith("\r") else ln) for ln in lines]
+
+
 def is_update(line: str) -> bool:
     """The record updates a line still being written (see the module docstring)."""
     return line.startswith(UPDATE)

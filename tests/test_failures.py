@@ -18,7 +18,7 @@ from kf_jupyter import JAXTrainer, MPITrainer, TorchTrainer, XGBoostTrainer
 from kf_jupyter.constants import ERROR_PREFIX
 from kf_jupyter.errors import JobFailedError
 from kf_jupyter.failure import failure_from_pods, parse_error_record
-from kf_jupyter.logview import collapse_cr, is_banner, readable
+from kf_jupyter.logview import collapse_cr, is_banner, log_lines, readable
 from kf_jupyter.magics.cell import build_cell_function
 from kf_jupyter.magics.render import job_cause
 from kf_jupyter.types import Failure, LogRecord
@@ -209,6 +209,26 @@ def test_banner_and_protocol_lines_are_hidden_and_cr_lines_collapse():
         LogRecord("rank-0", "100%|#####| 3/3"),
     ]
     assert collapse_cr("a\rb\r") == "b"
+
+
+def test_log_text_splits_at_newlines_only(tmp_path):
+    """A log read whole (a cluster's pod log, the lines a failure message quotes) is split as a
+    terminal shows it: a `\\r` bar is one line at its last state, and form feeds or U+2028 in
+    a user's output do not start new lines (str.splitlines splits at all of them)."""
+    from kf_jupyter.backends.local.supervisor import last_lines
+
+    text = "  0%|   | 0/3\r 33%|#  | 1/3\r100%|###| 3/3\nwin\r\npage\x0cbreak \u2028 sep\n\n"
+    assert log_lines(text) == ["100%|###| 3/3", "win", "page\x0cbreak \u2028 sep", ""]
+    assert log_lines("no newline at the end") == ["no newline at the end"]
+    log = tmp_path / "rank-0.log"
+    log.write_text(text + "\r 10%|#\r 20%|##\rTraceback (most recent call last):\nE: boom\n")
+    assert last_lines(str(log)) == [
+        "100%|###| 3/3",
+        "win",
+        "page\x0cbreak \u2028 sep",
+        "Traceback (most recent call last):",
+        "E: boom",
+    ]
 
 
 def tqdm_like(steps=6, delay=0.3):

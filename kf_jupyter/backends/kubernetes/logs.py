@@ -19,7 +19,7 @@ from typing import Any
 
 from ...constants import CLUSTER_RUNTIME_KIND, LAUNCHER_JOB, RESULT_PREFIX, RUNTIME_KIND
 from ...errors import BackendError, JobFailedError, JobNotFoundError, ValidationError
-from ...logview import collapse_cr
+from ...logview import UPDATE, collapse_cr, log_lines
 from ...types import COMPLETE, FAILED, LogRecord, TrainJob
 from ..base import human_records, tag_records
 from .api import REQUEST_TIMEOUT, KubeApi
@@ -50,6 +50,10 @@ def _started(pod: dict[str, Any]) -> bool:
     )
 
 
+#: How much of a line being written an update record looks at (its end).
+UPDATE_BYTES = 65536
+
+
 class _Reader(threading.Thread):
     """Streams one pod's log into the follower's queue; resumes by line count."""
 
@@ -65,6 +69,7 @@ class _Reader(threading.Thread):
         self._version = 0
         self._resp: Any = None
         self.reconnects = 0
+        self._shown = ""  # the last update record of the line being written
 
     def update(self, pod: dict[str, Any] | None) -> None:
         """The pod changed (or was deleted, when None)."""
@@ -114,7 +119,22 @@ class _Reader(threading.Thread):
         if line.endswith("\r"):
             line = line[:-1]
         line = collapse_cr(line)  # a progress bar: what a terminal shows (kf_jupyter.logview)
+        self._shown = ""
         self.f.q.put(("line", LogRecord(self.source, line)))
+
+    def _emit_update(self, partial: bytearray) -> None:
+        """A progress bar still being written (`\\r` redraws, no newline yet): its current state
+        as one update record (see kf_jupyter.logview), as the local backend sends it.
+
+        Looks at the end of the line only, however long the bar has run.
+        """
+        tail = bytes(partial[-UPDATE_BYTES:])
+        if b"\r" not in tail.rstrip(b"\r"):
+            return
+        text = collapse_cr(tail.decode("utf-8", "replace"))
+        if text.strip() and text != self._shown:
+            self._shown = text
+            self.f.q.put(("line", LogRecord(self.source, UPDATE + text)))
 
     def _tail(self, n: int) -> int:
         """Pass on the last n lines logged so far; return how many lines exist (the offset)."""
@@ -144,7 +164,7 @@ class _Reader(threading.Thread):
         backoff = BACKOFF_START
         tail = self.f.tail_lines
         while not self.f.stop.is_set():
-            skip, buf, clean = pos, b"", False
+            skip, buf, clean = pos, bytearray(), False
             try:
                 if tail is not None:
                     pos = self._tail(tail)
@@ -152,16 +172,21 @@ class _Reader(threading.Thread):
                     continue
                 resp = self._open(follow=True)
                 for chunk in resp.stream(amt=None, decode_content=False):
-                    buf += chunk
-                    if b"\n" not in buf:
+                    buf += chunk  # a bytearray: a bar redrawn for hours costs its length
+                    if b"\n" not in chunk:
+                        if not skip:
+                            self._emit_update(buf)
                         continue
-                    *lines, buf = buf.split(b"\n")
+                    *lines, rest = buf.split(b"\n")
+                    buf = bytearray(rest)
                     for raw in lines:
                         if skip:
                             skip -= 1
                             continue
                         pos += 1
                         self._emit(raw)
+                    if buf and not skip:
+                        self._emit_update(buf)
                 clean = True
                 backoff = BACKOFF_START
             except Exception as exc:
@@ -341,8 +366,7 @@ class LogsMixin(JobsMixin):
             if getattr(exc, "status", None) in (400, 404):  # not started yet / gone
                 return []
             raise self._error(exc, Where("get", "pods/log", self.namespace, meta["name"])) from None
-        text = data.decode("utf-8", "replace")
-        return text.splitlines()
+        return log_lines(data.decode("utf-8", "replace"))
 
     def iter_log_records(
         self,

@@ -361,7 +361,12 @@ PROTOCOL_PREFIX = "##kf-jupyter:"
 
 def last_lines(path: str, n: int = TAIL_LINES) -> list[str]:
     """The last `n` non-empty lines of a file (kf-jupyter's protocol lines left out)."""
-    lines = [ln for ln in tail_text(path).splitlines() if ln.strip() and PROTOCOL_PREFIX not in ln]
+    lines = []
+    for raw in tail_text(path).split("\n"):  # newlines only: a `\r` bar is one line
+        segments = [s for s in raw.split("\r") if s.strip()]  # what a terminal shows of it
+        line = segments[-1] if segments else ""
+        if line.strip() and PROTOCOL_PREFIX not in line:
+            lines.append(line)
     return lines[-n:]
 
 
