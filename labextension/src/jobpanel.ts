@@ -32,6 +32,19 @@ interface IQueued {
   isReport: boolean;
 }
 
+/** How often the panel's relative times ("3s ago") are brought up to date. */
+const AGE_REFRESH_MS = 5000;
+
+/** A relative time ("3s" + suffix) that the panel's timer keeps current. */
+function ageNode(time: string | null | undefined, suffix = ''): HTMLSpanElement {
+  const el = h('span', { className: 'kf-age' }, formatAge(time, Date.now()) + suffix);
+  if (time) {
+    el.dataset.time = time;
+  }
+  el.dataset.suffix = suffix;
+  return el;
+}
+
 export class JobPanel extends Widget {
   constructor(
     readonly target: api.ITarget,
@@ -43,6 +56,8 @@ export class JobPanel extends Widget {
     this._lines = new RingBuffer<ILogRecord>(maxLines);
     this._pending = new LogQueue<IQueued>(maxLines);
     this._build();
+    // Relative times ("3s ago") keep counting after the job ended and polling stopped.
+    this._ageTimer = window.setInterval(() => this._updateAges(), AGE_REFRESH_MS);
     this._statusPoller = new Poller(() => this._fetchStatus(), {
       backoff: { interval: 3000, base: 2000, factor: 2, max: 60000, jitter: 0.1 },
       onTick: error => {
@@ -70,6 +85,7 @@ export class JobPanel extends Widget {
       return;
     }
     this._statusPoller.dispose();
+    window.clearInterval(this._ageTimer);
     this._abort?.abort();
     this._abort = null;
     if (this._flushHandle) {
@@ -249,12 +265,15 @@ export class JobPanel extends Widget {
         : 'Stop the job\'s processes (pods) and keep the job; Resume starts them again';
     this._suspend.disabled = isFinished(job.status);
     setBadge(this._badge, job.status, statusKey(job.status));
-    const rows: [string, string][] = [
+    const created = job.creation_time
+      ? [`${job.creation_time} (`, ageNode(job.creation_time, ' ago'), ')']
+      : ['-'];
+    const rows: [string, string | (string | Node)[]][] = [
       ['Framework', job.framework || '-'],
       ['Runtime', job.runtime || '-'],
       ['Backend', `${job.backend || this.target.backend}${this.target.namespace ? ` / ${this.target.namespace}` : ''}`],
       ['Nodes', formatNodes(job)],
-      ['Created', job.creation_time ? `${job.creation_time} (${formatAge(job.creation_time, Date.now())} ago)` : '-']
+      ['Created', created]
     ];
     const d = formatDuration(job.creation_time, job.completion_time);
     if (d) {
@@ -272,7 +291,7 @@ export class JobPanel extends Widget {
     }
     this._summary.textContent = '';
     for (const [k, v] of rows) {
-      this._summary.append(h('dt', {}, k), h('dd', {}, v));
+      this._summary.append(h('dt', {}, k), h('dd', {}, ...(typeof v === 'string' ? [v] : v)));
     }
     this._message.textContent = failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
     const title = this.parent instanceof MainAreaWidget ? this.parent.title : this.title;
@@ -285,18 +304,25 @@ export class JobPanel extends Widget {
       this._events.append(h('tr', {}, h('td', { colspan: '4', className: 'kf-empty' }, 'No events.')));
       return;
     }
-    const now = Date.now();
     for (const ev of events) {
       this._events.append(
         h(
           'tr',
           { className: ev.type === 'Warning' ? 'kf-event-warning' : '' },
-          h('td', { title: ev.time ?? '' }, formatAge(ev.time, now)),
+          h('td', { title: ev.time ?? '' }, ageNode(ev.time)),
           h('td', {}, ev.type ?? ''),
           h('td', {}, ev.reason ?? ''),
           h('td', {}, ev.message ?? '')
         )
       );
+    }
+  }
+
+  /** Bring every relative time in the panel up to now. */
+  private _updateAges(): void {
+    const now = Date.now();
+    for (const el of this.node.querySelectorAll<HTMLElement>('.kf-age')) {
+      el.textContent = formatAge(el.dataset.time, now) + (el.dataset.suffix ?? '');
     }
   }
 
@@ -528,6 +554,7 @@ export class JobPanel extends Widget {
   private _follow!: HTMLInputElement;
   private _logState!: HTMLSpanElement;
   private _log!: HTMLDivElement;
+  private _ageTimer: number;
   private _live = new LiveLines();
   private _dropped!: HTMLDivElement;
   private _events!: HTMLTableSectionElement;

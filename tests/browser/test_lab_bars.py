@@ -1,7 +1,9 @@
 """Real-browser test: a tqdm progress bar shows while it runs, in the notebook's live monitor
 and in the lab's job panel, as one line per rank updated in place (what a terminal shows), and
 becomes an ordinary finished line when the bar ends. Before, both views showed a `\\r` bar only
-once its line had ended, so a long epoch looked like a silent job."""
+once its line had ended, so a long epoch looked like a silent job. Also: the job panel's relative
+times ("Created ... (3s ago)", event ages) keep counting after the job ended; they used to
+freeze when the panel stopped polling a finished job."""
 
 from __future__ import annotations
 
@@ -71,6 +73,8 @@ def test_a_running_progress_bar_shows_in_the_monitor_and_the_panel(
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
+    from tests.waits import wait_until
+
     gate = tmp_path / "gate"
     cell = "%%torchtrain -n 1 -p 2 --name bars --no-wait\n" + BAR.replace(
         "{gate!r}", repr(str(gate))
@@ -111,6 +115,15 @@ def test_a_running_progress_bar_shows_in_the_monitor_and_the_panel(
             gate.write_text("")
             expect(panel.locator(".kf-badge")).to_have_text("Complete", timeout=120_000)
             _finished(panel)
+            # the panel's relative times keep counting after the job ended (polling stopped)
+            created = panel.locator("dd .kf-age").first
+            before = created.inner_text()
+            wait_until(
+                lambda: created.inner_text() != before,
+                f"the panel's 'Created ({before})' to count on after the job ended",
+                timeout=60,
+                poll=0.5,
+            )
             page.locator(".lm-TabBar-tab", has_text="bars.ipynb").click()
             expect(monitor.locator(".kf-live-status")).to_have_text("Complete", timeout=60_000)
             _finished(monitor)
