@@ -124,6 +124,28 @@ def test_notebook_torch_cell_monitor_result_dryrun_freenames_syntax(state_dir, t
     assert jobs[0].name in str(nb.cells[7].outputs)
 
 
+def test_finished_monitors_release_their_widgets(state_dir, tmp_path):
+    """Each training cell's monitor is replaced by its static rendering when the job ends; its
+    widget models are closed then, so a long session does not keep every past job's monitor
+    (and the log buffer it holds) alive in the kernel and the front end."""
+    count = (
+        "import json\n"
+        "from ipywidgets.widgets.widget import _instances  # every live widget model\n"
+        "print(json.dumps(sorted(type(w).__name__ for w in _instances.values())))"
+    )
+    short = "%%torchtrain -n 1 -p 1\nprint('short job', flush=True)"
+    nb = _nb("%load_ext kf_jupyter", count, short, count, short, short, count)
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    for i in (2, 4, 5):
+        assert "kf-monitor-static" in nb.cells[i].outputs[0].data["text/html"], i
+    import json
+
+    before, after_one, after_three = (json.loads(_text(nb.cells[i])) for i in (1, 3, 6))
+    assert after_one == before and after_three == before, (before, after_one, after_three)
+
+
 @pytest.mark.parametrize("widgets", ["off", "auto"])
 def test_notebook_interrupt_leaves_job_running_and_says_how_to_reattach(
     state_dir, tmp_path, widgets

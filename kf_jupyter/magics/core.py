@@ -657,6 +657,7 @@ class KubeflowMagics(Magics):
         monitor.set_waiting(False)
         if shown is not None:  # main thread, before the cell ends: lands in this cell's output
             shown.update(monitor.final_bundle(job), raw=True)
+            monitor.close()  # shown nowhere now: free its widget models (kernel and front end)
         if status_label(job) == "Cancelled":
             raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:

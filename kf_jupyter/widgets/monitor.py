@@ -402,6 +402,14 @@ class JobMonitor:
                 f" · reattach with <code>%kf_logs {html.escape(self.name)} -f</code>"
             )
 
+    def close(self) -> None:
+        """Stop following and close every widget model of this monitor, so the kernel and the
+        front end let go of them (and of the log buffer their callbacks hold): for a monitor
+        whose output the static rendering replaced. A saved notebook then carries no state for
+        it."""
+        self.stop()
+        close_widget_tree(self.widget)
+
     def join(self, timeout: float | None = None) -> None:
         """Wait for the log stream to end and the last flush to be sent."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -431,3 +439,19 @@ class JobMonitor:
                     f" failed — last lines:</b><pre style='margin:0'>{body}</pre></div>"
                 )
                 self.failure.layout.display = ""
+
+
+def close_widget_tree(widget: Any) -> None:
+    """Close a widget, its children and their layout and style models (ipywidgets' `close()`
+    closes one model only; the others would stay registered for the kernel's life)."""
+    import ipywidgets as w
+
+    todo, seen = [widget], set()
+    while todo:
+        cur = todo.pop()
+        if id(cur) in seen or not isinstance(cur, w.Widget):
+            continue
+        seen.add(id(cur))
+        todo.extend(getattr(cur, "children", ()) or ())
+        todo.extend(getattr(cur, name, None) for name in ("layout", "style"))
+        cur.close()
