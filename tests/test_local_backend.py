@@ -145,6 +145,41 @@ def test_env_order_and_cwd(client, tmp_path, monkeypatch):
     assert not (jd / "spawn.json").exists()  # read once by the supervisor, then removed
 
 
+def sdk_example_init_barrier():
+    """The Kubeflow SDK's torch example, returning what a rank saw."""
+    import os
+
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="gloo")
+    seen = (dist.get_rank(), dist.get_world_size(), os.environ.get("TORCH_DIST_INIT_BARRIER"))
+    dist.destroy_process_group()
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("kernel", "config", "expected"), [(None, None, "1"), ("0", None, "0"), ("0", "1", "1")]
+)
+def test_torch_ranks_get_the_init_barrier_unless_the_user_sets_it(
+    client, monkeypatch, kernel, config, expected
+):
+    """Without torch's init barrier the SDK example (init, then exit at once) can close the
+    gloo mesh under a peer still connecting (bench/bench_init_race.py measures it)."""
+    if kernel is None:
+        monkeypatch.delenv("TORCH_DIST_INIT_BARRIER", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_DIST_INIT_BARRIER", kernel)
+    rc = RuntimeConfig(env={"TORCH_DIST_INIT_BARRIER": config}) if config else None
+    trainer = TorchTrainer(func=sdk_example_init_barrier, num_nodes=1, num_proc_per_node=2)
+    name = client.train(trainer, runtime_config=rc)
+    client.wait_for_job_status(name, timeout=DEADLINE)
+    assert client.get_job_result(name) == (0, 2, expected)
+    # the cluster's TrainJob is left as the Trainer makes it
+    manifest = client.dry_run(trainer, runtime_config=rc)["trainjob"]
+    env = {e["name"] for e in manifest["spec"]["trainer"].get("env", [])}
+    assert ("TORCH_DIST_INIT_BARRIER" in env) == bool(config), env
+
+
 def test_missing_secret_is_a_clear_error(client, monkeypatch):
     monkeypatch.delenv("KFJ_T_NOPE", raising=False)
     rc = RuntimeConfig(env={"KFJ_T_NOPE": SecretRef("creds", "token")})

@@ -317,6 +317,12 @@ class LocalBackend:
             "PATH": os.pathsep.join([*bindirs, os.environ.get("PATH", os.defpath)]),
             "PYTHONUNBUFFERED": "1",
             "TMPDIR": str(jd / "tmp"),
+            # torch's documented knob for a race of its own: without it a rank that returns
+            # from init_process_group and exits at once (the SDK's example) can close the gloo
+            # mesh under a peer still connecting ("Connection closed by peer"; 5 of 410 jobs on
+            # a loaded machine, 0 of 350 with it: docs/local-backend.md). The kernel's or
+            # RuntimeConfig's value wins.
+            "TORCH_DIST_INIT_BARRIER": os.environ.get("TORCH_DIST_INIT_BARRIER", "1"),
         }
         env.update(proc.env)  # RuntimeConfig env, then the policy's (the policy wins)
         env.update(
