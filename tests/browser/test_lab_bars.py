@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, open_notebook, write_notebook
-from tests.browser.test_lab_live import CELLS_CSS, DONE, _client, _run_cell
+from tests.browser.test_lab_live import _client, _load_extension, _run_cell
 
 pytestmark = pytest.mark.slow
 
@@ -87,9 +87,7 @@ def test_a_running_progress_bar_shows_in_the_monitor_and_the_panel(
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             open_notebook(page, lab, "bars.ipynb")
-            cells = page.locator(CELLS_CSS)
-            _run_cell(page, 0, retries=2)
-            expect(cells.nth(0).locator(".jp-InputPrompt")).to_have_text(DONE, timeout=60_000)
+            cells = _load_extension(page)
             _run_cell(page, 1)
             monitor = cells.nth(1).locator(".kf-LiveMonitor")
             expect(monitor).to_be_visible(timeout=60_000)

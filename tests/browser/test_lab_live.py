@@ -97,6 +97,16 @@ CELLS_CSS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell"
 DONE = re.compile(r"^\[\d+\]:$")
 
 
+def _load_extension(page: Any) -> Any:
+    """Run the notebook's first cell (`%load_ext kf_jupyter`), wait for it; the code cells."""
+    from playwright.sync_api import expect
+
+    cells = page.locator(CELLS_CSS)
+    _run_cell(page, 0, retries=2)
+    expect(cells.nth(0).locator(".jp-InputPrompt")).to_have_text(DONE, timeout=60_000)
+    return cells
+
+
 def test_monitor_filter_and_cancel_work_while_the_cell_blocks(lab: dict) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -108,9 +118,7 @@ def test_monitor_filter_and_cancel_work_while_the_cell_blocks(lab: dict) -> None
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             open_notebook(page, lab, "live.ipynb")
-            _run_cell(page, 0, retries=2)
-            cells = page.locator(CELLS_CSS)
-            expect(cells.nth(0).locator(".jp-InputPrompt")).to_have_text(DONE, timeout=60_000)
+            cells = _load_extension(page)
             _run_cell(page, 1)
             cell = cells.nth(1)
             monitor = cell.locator(".kf-LiveMonitor")
@@ -201,9 +209,7 @@ def test_reopened_notebook_reattaches_and_ended_jobs_cannot_be_cancelled(lab: di
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             open_notebook(page, lab, "reattach.ipynb")
-            cells = page.locator(CELLS_CSS)
-            _run_cell(page, 0, retries=2)
-            expect(cells.nth(0).locator(".jp-InputPrompt")).to_have_text(DONE, timeout=60_000)
+            cells = _load_extension(page)
             _run_cell(page, 2)
             _run_cell(page, 3)
             reattach = cells.nth(2).locator(".kf-LiveMonitor")
