@@ -219,15 +219,25 @@ def _kfj_unpack_workspace(archive):
     target = os.path.join(tempfile.gettempdir(), f"kf-jupyter-workspace-{digest}-{host}")
     if os.path.isdir(target):
         return target
-    tmp = tempfile.mkdtemp(prefix=".kf-jupyter-workspace-", dir=os.path.dirname(target))
     with tarfile.open(archive, "r:gz") as tar:
-        for member in tar.getmembers():
+        members = tar.getmembers()
+        for member in members:
             name = member.name
             if not member.isfile() or name.startswith("/") or ".." in name.split("/"):
                 raise RuntimeError(f"kf-jupyter: unsafe path {name!r} in the workspace archive")
+        if not members:
+            # Nothing to unpack. Renaming an empty folder would replace another rank's empty
+            # target (rename() replaces an empty directory) and pull it from under the rank
+            # that is already in it: its getcwd() fails, and torch's MKL with it.
+            try:
+                os.mkdir(target)
+            except FileExistsError:
+                pass
+            return target
+        tmp = tempfile.mkdtemp(prefix=".kf-jupyter-workspace-", dir=os.path.dirname(target))
         tar.extractall(tmp)
     try:
-        os.rename(tmp, target)
+        os.rename(tmp, target)  # never replaces: the same archive makes a non-empty target
     except OSError:  # another rank of this node got there first
         shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -174,6 +174,42 @@ def test_archive_round_trip(tmp_path):
         assert tar.extractfile("data.csv").read() == b"a,1\nb,2\nc,3\n"
 
 
+@pytest.mark.parametrize("empty", [True, False])
+def test_a_rank_that_loses_the_unpack_race_leaves_the_winners_folder(tmp_path, monkeypatch, empty):
+    """Two ranks of one pod unpack the workspace at once. The loser must not replace the folder
+    the winner already started in. With an empty workspace (a folder holding only notebooks)
+    its rename did, and the winner's getcwd() failed ("Intel oneMKL FATAL ERROR: Cannot load
+    libtorch_cpu.so" on importing torch, seen in a clean-clone CI run)."""
+    from kf_jupyter import entrypoint
+
+    root = tmp_path / "nb"
+    root.mkdir()
+    (root / "train.ipynb").write_text("{}")  # notebooks are never shipped
+    if not empty:
+        (root / "helpers.py").write_text("X = 1\n")
+    snap = take_snapshot(Workspace(), str(root))
+    assert (not snap.files) == empty
+    packed = tmp_path / "workspace.tar.gz"
+    packed.write_bytes(archive(snap))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "pod-tmp"))
+    (tmp_path / "pod-tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    winner = entrypoint._kfj_unpack_workspace(str(packed))
+    monkeypatch.chdir(winner)  # the first rank starts in it
+    # the second rank looked before the first one's folder existed
+    real_isdir = os.path.isdir
+    monkeypatch.setattr(os.path, "isdir", lambda p: False if p == winner else real_isdir(p))
+    loser = entrypoint._kfj_unpack_workspace(str(packed))
+    monkeypatch.setattr(os.path, "isdir", real_isdir)
+    assert loser == winner
+    assert os.getcwd() == winner  # still there for the first rank
+    assert sorted(os.listdir(".")) == ([] if empty else ["helpers.py"])
+    leftovers = [n for n in os.listdir(tmp_path / "pod-tmp") if n.startswith(".kf-jupyter")]
+    assert leftovers == []
+
+
 def test_runtime_config_workspace_values():
     assert RuntimeConfig(workspace=False).workspace is False
     assert "workspace='/x'" in repr(RuntimeConfig(workspace="/x"))
