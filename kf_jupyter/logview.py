@@ -24,6 +24,8 @@ from .types import LogRecord
 
 #: The prefix of a record that updates the line a source is still writing (a progress bar).
 UPDATE = "\r"
+#: How much of the end of a line still being written an update record looks at (both backends).
+UPDATE_BYTES = 65536
 
 _OMP_BANNER = re.compile(
     r"^[WI]\d{4} [\d:.]+ +\d+ \S*torch/distributed/run\.py:\d+\] "
@@ -49,13 +51,19 @@ def collapse_cr(line: str) -> str:
     return parts[-1] if parts else ""
 
 
+def terminal_line(line: str) -> str:
+    """One log line (without its newline) as a terminal shows it: a CRLF's `\r` dropped, a
+    `\r` bar collapsed to its last state."""
+    return collapse_cr(line[:-1] if line.endswith("\r") else line)
+
+
 def log_lines(text: str) -> list[str]:
-    """A log's text as the lines a terminal shows: split at newlines only (not at `\r` or the
-    other separators `str.splitlines` knows), a CRLF's `\r` dropped, `\r` bars collapsed."""
+    """A log's text as the lines a terminal shows (`terminal_line`), split at newlines only
+    (not at `\r` or the other separators `str.splitlines` knows)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ended the last line
-    return [collapse_cr(ln[:-1] if ln.endswith("\r") else ln) for ln in lines]
+    return [terminal_line(ln) for ln in lines]
 
 
 def is_update(line: str) -> bool:

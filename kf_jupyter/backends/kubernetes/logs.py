@@ -19,7 +19,7 @@ from typing import Any
 
 from ...constants import CLUSTER_RUNTIME_KIND, LAUNCHER_JOB, RESULT_PREFIX, RUNTIME_KIND
 from ...errors import BackendError, JobFailedError, JobNotFoundError, ValidationError
-from ...logview import UPDATE, collapse_cr, log_lines
+from ...logview import UPDATE, UPDATE_BYTES, collapse_cr, log_lines, terminal_line
 from ...types import COMPLETE, FAILED, LogRecord, TrainJob
 from ..base import human_records, tag_records
 from .api import REQUEST_TIMEOUT, KubeApi
@@ -48,10 +48,6 @@ def _started(pod: dict[str, Any]) -> bool:
         (cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated")
         for cs in status.get("containerStatuses") or []
     )
-
-
-#: How much of a line being written an update record looks at (its end).
-UPDATE_BYTES = 65536
 
 
 class _Reader(threading.Thread):
@@ -115,10 +111,7 @@ class _Reader(threading.Thread):
         return resp
 
     def _emit(self, raw: bytes) -> None:
-        line = raw.decode("utf-8", "replace")
-        if line.endswith("\r"):
-            line = line[:-1]
-        line = collapse_cr(line)  # a progress bar: what a terminal shows (kf_jupyter.logview)
+        line = terminal_line(raw.decode("utf-8", "replace"))  # a bar: its last state
         self._shown = ""
         self.f.q.put(("line", LogRecord(self.source, line)))
 

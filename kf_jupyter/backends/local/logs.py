@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from ...logview import UPDATE, collapse_cr
+from ...logview import UPDATE, UPDATE_BYTES, terminal_line
 from ...types import LogRecord
 
 POLL_SECONDS = 0.05
-UPDATE_BYTES = 65536  # how much of a line being written an update looks at
 CHUNK = 1 << 20
 BLOCK = 1 << 16
 
@@ -53,8 +52,7 @@ def list_sources(log_dir: str) -> list[str]:
 
 
 def _decode(raw: bytes) -> str:
-    text = raw.decode("utf-8", "replace")
-    return collapse_cr(text[:-1] if text.endswith("\r") else text)
+    return terminal_line(raw.decode("utf-8", "replace"))
 
 
 def _after_newlines_back(fh: BinaryIO, hi: int, count: int) -> int:

@@ -361,6 +361,7 @@ PROTOCOL_PREFIX = "##kf-jupyter:"
 
 def last_lines(path: str, n: int = TAIL_LINES) -> list[str]:
     """The last `n` non-empty lines of a file (kf-jupyter's protocol lines left out)."""
+    # logview.log_lines' rule, written out here: this file runs on the standard library alone.
     lines = []
     for raw in tail_text(path).split("\n"):  # newlines only: a `\r` bar is one line
         segments = [s for s in raw.split("\r") if s.strip()]  # what a terminal shows of it
