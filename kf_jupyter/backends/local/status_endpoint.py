@@ -11,12 +11,31 @@ Transformers' Kubeflow callback and `kf_jupyter.report` post their progress here
   when the job starts, for 127.0.0.1; unset over http);
 - `KUBEFLOW_TRAINER_SERVER_TOKEN`: a file holding the job's random bearer token (owner-only).
 
-It answers as the Trainer's server does (pkg/statusserver): `POST` with `Authorization: Bearer
-<token>` and `{"trainerStatus": {...}}` gives 200 and the parsed payload; anything else a
-`metav1.Status` JSON: 403 Forbidden (token), 422 Invalid (payload, or a value the TrainJob CRD's
-schema refuses), 413 (over 64 KiB), 404 (another path), 405 (another method). An accepted status
-replaces the job's `trainer-status.json` (as the Trainer's server-side apply replaces
-`status.trainerStatus`).
+It accepts and refuses what the Trainer's server (kubeflow/trainer v2.3.0 pkg/statusserver, a Go
+`net/http` server) does, with the same codes and `metav1.Status` bodies:
+
+- 413 `RequestEntityTooLarge` for a `Content-Length` over 64 KiB (checked first, as its
+  middleware does); a chunked body is read up to 64 KiB (`http.MaxBytesReader`);
+- 404 `NotFound` for every other path and method (its mux sends all but `POST .../status` to a
+  not-found handler), 301 to the cleaned path for an unclean one (`ServeMux`);
+- 403 `Forbidden` without exactly one `Bearer <token>` credential of this job, or for another
+  job's path (the token's audience is this job);
+- 422 `Invalid` "Invalid payload" for a body Go's `json.Decoder` refuses (the first JSON value is
+  decoded, later bytes are ignored; keys match case-insensitively; a wrong type, a number outside
+  int32, a `lastUpdatedTime` that `time.Parse(time.RFC3339, ...)` refuses, nesting too deep);
+- 422 `Invalid` with the API server's message for what the TrainJob CRD's schema refuses
+  (progress outside 0-100, a negative ETA, over 256 metrics, a name or value not 1-64 characters,
+  no `lastUpdatedTime`);
+- 200 and the decoded request, encoded as Go does (`lastUpdatedTime` in UTC, whole seconds);
+  an accepted status replaces the job's `trainer-status.json` (as the Trainer's server-side
+  apply replaces `status.trainerStatus`). No `trainerStatus`: 200 `{}` and nothing changes.
+
+Under load or attack by another local user it holds: one asyncio loop in one daemon thread serves
+every connection (no thread or blocked read per connection), at most `MAX_CONNECTIONS` are open
+(the oldest that is not mid-request is closed for a new one, so idle connections can neither fill
+the supervisor's file descriptors nor shut out the ranks), and the Trainer's timeouts apply (TLS
+handshake and each request 10 s, writes 10 s, keep-alive idle 120 s). Nothing that happens to the
+endpoint can raise into the supervisor: a job never fails because of it.
 """
 
 from __future__ import annotations
@@ -25,21 +44,33 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import threading
-from datetime import datetime
+import time
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 NAMESPACE = "local"
 MAX_BODY = 1 << 16  # the Trainer's status server limit (64 KiB)
 MAX_METRICS = 256  # the CRD's maxItems
 MAX_METRIC_TEXT = 64  # the CRD's maxLength of a metric's name and value
+MAX_HEADER = (1 << 20) + 4096  # net/http's DefaultMaxHeaderBytes and its slack
+MAX_DISCARD = 256 << 10  # net/http reads out at most this much of an unread body to reuse a conn
+MAX_CONNECTIONS = 64  # open at once; the oldest one not mid-request goes for a new one
+READ_TIMEOUT = 10.0  # the Trainer's readTimeout (TLS handshake, then each request)
+WRITE_TIMEOUT = 10.0  # writeTimeout
+IDLE_TIMEOUT = 120.0  # idleTimeout (a kept-alive connection between requests)
 STATUS_FILE = "trainer-status.json"
 SERVER_URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_CERT_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
 TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+_INT32 = (-(2**31), 2**31 - 1)
+_ROUTE = re.compile(
+    r"/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs/([^/]+)/status"
+)
 
 
 def status_path(namespace: str, name: str) -> str:
@@ -48,79 +79,226 @@ def status_path(namespace: str, name: str) -> str:
 
 
 class Invalid(ValueError):
-    """A payload the Trainer (or the CRD's schema behind it) refuses."""
+    """A payload the Trainer refuses with 422 (the message is what it answers)."""
 
 
-def _int32(value: Any, field: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Invalid(f"trainerStatus.{field} must be an integer, got {json.dumps(value)}")
-    if not low <= value <= high:
-        raise Invalid(f"trainerStatus.{field}: must be between {low} and {high}, got {value}")
+# -- the body, as Go's encoding/json decodes it into UpdateTrainJobStatusRequest ---------------
+
+
+class _Object(list):  # type: ignore[type-arg]
+    """A JSON object as its (key, value) pairs in order (duplicates kept, as Go sees them)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"not JSON: {name}")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_Object, parse_constant=_no_constant)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{1,2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:\d{2})\Z"
+)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise Invalid("Invalid payload")
+    return _SURROGATE.sub("\ufffd", value)  # Go decodes a lone surrogate as U+FFFD
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not _INT32[0] <= value <= _INT32[1]:
+        raise Invalid("Invalid payload")  # Go: a JSON type or int32 range error
     return value
 
 
-def validate(payload: Any) -> dict[str, Any]:
-    """The `{"trainerStatus": ...}` request, normalised as the Trainer would echo it."""
-    if not isinstance(payload, dict):
-        raise Invalid("Invalid payload")
-    ts = payload.get("trainerStatus")
-    if ts is None:
-        return {"trainerStatus": None}
-    if not isinstance(ts, dict):
-        raise Invalid("Invalid payload")
-    out: dict[str, Any] = {}
-    if ts.get("progressPercentage") is not None:
-        out["progressPercentage"] = _int32(ts["progressPercentage"], "progressPercentage", 0, 100)
-    if ts.get("estimatedRemainingSeconds") is not None:
-        out["estimatedRemainingSeconds"] = _int32(
-            ts["estimatedRemainingSeconds"], "estimatedRemainingSeconds", 0, 2**31 - 1
-        )
-    metrics = ts.get("metrics")
-    if metrics is not None:
-        if not isinstance(metrics, list):
-            raise Invalid("trainerStatus.metrics must be a list of {name, value}")
-        if len(metrics) > MAX_METRICS:
-            raise Invalid(f"trainerStatus.metrics: must have at most {MAX_METRICS} items")
-        clean = []
-        for m in metrics:
-            if not (
-                isinstance(m, dict)
-                and isinstance(m.get("name"), str)
-                and isinstance(m.get("value"), str)
-            ):
-                raise Invalid("trainerStatus.metrics[]: name and value must be strings")
-            for key in ("name", "value"):
-                if not 1 <= len(m[key]) <= MAX_METRIC_TEXT:
-                    raise Invalid(
-                        f"trainerStatus.metrics[].{key}: must be 1 to {MAX_METRIC_TEXT} "
-                        f"characters, got {m[key]!r}"
-                    )
-            clean.append({"name": m["name"], "value": m["value"]})
-        if clean:
-            out["metrics"] = clean
-    when = ts.get("lastUpdatedTime")
-    if not isinstance(when, str) or not when:
-        raise Invalid("lastUpdatedTime is required when trainerStatus is present")
+def parse_rfc3339(text: str) -> datetime:
+    """`text` as Go's `time.Parse(time.RFC3339, text)` reads it (ValueError if it refuses).
+
+    A 'T' and a zone ('Z' or ±hh:mm) are required; fractional seconds (after '.' or ',') are
+    allowed; a one-digit hour is accepted, as Go's general parser does.
+    """
+    m = _TIME.match(text)
+    if m is None:
+        raise ValueError(text)
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    if hour > 23 or minute > 59 or second > 59:
+        raise ValueError(text)
+    frac = m.group(7) or ""
+    micro = int((frac + "000000")[:6]) if frac else 0
+    zone = m.group(8)
+    tz = UTC
+    if zone != "Z":
+        hh, mm = int(zone[1:3]), int(zone[4:6])
+        if hh > 23 or mm > 59:
+            raise ValueError(text)
+        delta = timedelta(hours=hh, minutes=mm)
+        tz = timezone(-delta if zone[0] == "-" else delta)
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
+
+
+def _time(value: Any) -> str | None:
+    if value is None:
+        return None  # metav1.Time: null is the zero time
     try:
-        datetime.fromisoformat(when.replace("Z", "+00:00"))
-    except ValueError:
-        raise Invalid(
-            f"trainerStatus.lastUpdatedTime must be an RFC 3339 time, got {when!r}"
-        ) from None
-    out["lastUpdatedTime"] = when
+        when = parse_rfc3339(_text(value)).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise Invalid("Invalid payload") from None
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")  # metav1.Time marshals UTC, whole seconds
+
+
+def _fold(key: str) -> str:
+    return key.casefold()
+
+
+def _metric(value: Any, into: dict[str, str]) -> dict[str, str]:
+    if value is None:
+        return into
+    if not isinstance(value, _Object):
+        raise Invalid("Invalid payload")
+    for key, item in value:
+        field = {"name": "name", "value": "value"}.get(_fold(key))
+        if field is not None and item is not None:
+            into[field] = _text(item)
+    return into
+
+
+def _trainer_status(value: _Object, ts: dict[str, Any]) -> dict[str, Any]:
+    for key, item in value:
+        k = _fold(key)
+        if k in ("progresspercentage", "estimatedremainingseconds"):
+            field = "progressPercentage" if k[0] == "p" else "estimatedRemainingSeconds"
+            if item is None:
+                ts.pop(field, None)
+            else:
+                ts[field] = _int(item)
+        elif k == "metrics":
+            if item is None:
+                ts.pop("metrics", None)
+                continue
+            if not isinstance(item, list) or isinstance(item, _Object):
+                raise Invalid("Invalid payload")
+            old = ts.get("metrics") or []
+            # Go decodes a repeated array into the existing elements, then truncates.
+            ts["metrics"] = [
+                _metric(m, dict(old[i]) if i < len(old) else {"name": "", "value": ""})
+                for i, m in enumerate(item)
+            ]
+        elif k == "lastupdatedtime":
+            ts["lastUpdatedTime"] = _time(item)
+    return ts
+
+
+def decode(raw: bytes) -> dict[str, Any] | None:
+    """The `trainerStatus` of a request body as Go's `json.Decoder` fills the Trainer's
+    `UpdateTrainJobStatusRequest` (None when absent or null); `Invalid("Invalid payload")` where
+    Go's decoder returns an error. Only the first JSON value counts; what follows is not read."""
+    text = raw.decode("utf-8", "replace")  # Go replaces invalid UTF-8 in strings with U+FFFD
+    start = len(text) - len(text.lstrip(" \t\r\n"))
+    try:
+        value, _ = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):  # syntax, EOF, or nesting too deep
+        raise Invalid("Invalid payload") from None
+    if value is None:
+        return None  # null into a struct: nothing
+    if not isinstance(value, _Object):
+        raise Invalid("Invalid payload")
+    ts: dict[str, Any] | None = None
+    for key, item in value:
+        if _fold(key) != "trainerstatus":
+            continue
+        if item is None:
+            ts = None
+        elif isinstance(item, _Object):
+            ts = _trainer_status(item, ts if ts is not None else {})
+        else:
+            raise Invalid("Invalid payload")
+    return ts
+
+
+def schema_errors(ts: dict[str, Any]) -> list[str]:
+    """What the TrainJob CRD's schema and CEL rule refuse in `status.trainerStatus`, in the API
+    server's words (empty when it is accepted)."""
+    base = "status.trainerStatus"
+    errors = []
+    for field, high in (("progressPercentage", 100), ("estimatedRemainingSeconds", None)):
+        v = ts.get(field)
+        if v is None:
+            continue
+        path = f"{base}.{field}"
+        if v < 0:
+            errors.append(
+                f"{path}: Invalid value: {v}: {path} in body should be greater than or equal to 0"
+            )
+        elif high is not None and v > high:
+            errors.append(
+                f"{path}: Invalid value: {v}: {path} in body should be less than or equal to {high}"
+            )
+    metrics = ts.get("metrics") or []
+    if len(metrics) > MAX_METRICS:
+        errors.append(
+            f"{base}.metrics: Too many: {len(metrics)}: must have at most {MAX_METRICS} items"
+        )
+    for i, m in enumerate(metrics):
+        for key in ("name", "value"):
+            text = m[key]
+            path = f"{base}.metrics[{i}].{key}"
+            if len(text) < 1:
+                errors.append(
+                    f'{path}: Invalid value: "": {path} in body should be at least 1 chars long'
+                )
+            elif len(text) > MAX_METRIC_TEXT:
+                errors.append(
+                    f"{path}: Invalid value: {json.dumps(text)}: {path} in body should be at most {MAX_METRIC_TEXT} chars long"
+                )
+    if ts.get("lastUpdatedTime") is None:
+        errors.append(
+            f'{base}: Invalid value: "object": lastUpdatedTime is required when trainerStatus is present'
+        )
+    return errors
+
+
+def encode(ts: dict[str, Any] | None) -> dict[str, Any]:
+    """The request as Go marshals it back (omitempty fields left out, in the struct's order)."""
+    if ts is None:
+        return {}
+    out: dict[str, Any] = {}
+    for field in ("progressPercentage", "estimatedRemainingSeconds"):
+        if ts.get(field) is not None:
+            out[field] = ts[field]
+    if ts.get("metrics"):
+        out["metrics"] = [{k: m[k] for k in ("name", "value") if m[k]} for m in ts["metrics"]]
+    out["lastUpdatedTime"] = ts.get("lastUpdatedTime")
     return {"trainerStatus": out}
 
 
+def go_json(body: Any) -> bytes:
+    """`json.NewEncoder(w).Encode(body)`: compact, HTML characters escaped, a final newline."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    for ch, esc in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(ch, esc)
+    return (text + "\n").encode("utf-8", "replace")
+
+
+def validate(payload: Any) -> dict[str, Any]:
+    """`{"trainerStatus": ...}` (a parsed body) as the Trainer echoes it, or `Invalid`."""
+    ts = decode(json.dumps(payload).encode())
+    if ts is not None:
+        errors = schema_errors(ts)
+        if errors:
+            raise Invalid("; ".join(errors))
+    return encode(ts)
+
+
 def _status_body(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
+    # metav1.Status as the Trainer's badRequest() encodes it: no kind or apiVersion
+    return {"metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
 
 
 def make_certificate(directory: str) -> tuple[str, str] | None:
@@ -148,13 +326,14 @@ class StatusEndpoint:
     """Serves one job's status endpoint on 127.0.0.1 from a daemon thread (see the module doc).
 
     The token, the certificate and the listening socket are ready when the constructor returns
-    (so the URL and files can go into the ranks' env at once); the HTTP and TLS machinery is
-    imported and served from the thread, while the supervisor starts the ranks (a request that
-    comes first waits in the socket's backlog).
+    (so the URL and files can go into the ranks' env at once); the event loop and TLS machinery
+    start in the thread while the supervisor starts the ranks (a request that comes first waits
+    in the socket's backlog).
     """
 
     def __init__(self, job_dir: str, name: str) -> None:
         self.job_dir = job_dir
+        self.name = name
         self.path = status_path(NAMESPACE, name)
         self.dir = os.path.join(job_dir, "trainer")
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
@@ -168,20 +347,16 @@ class StatusEndpoint:
         self.ca_cert = self.tls[0] if self.tls else None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
+        self.sock.listen(128)
         scheme = "https" if self.tls else "http"
         self.url = f"{scheme}://127.0.0.1:{self.sock.getsockname()[1]}{self.path}"
-        self.server: Any = None
+        self.max_connections = _connection_cap()
+        self.counts = {"accepted": 0, "evicted": 0, "requests": 0}
+        self.closing = False
         self.ready = threading.Event()
+        self._server: _Server | None = None
         self.thread = threading.Thread(target=self._serve, name="kf-status-endpoint", daemon=True)
         self.thread.start()
-
-    def _serve(self) -> None:
-        try:
-            self.server = _make_server(self)
-        finally:
-            self.ready.set()
-        self.server.serve_forever()
 
     def env(self) -> dict[str, str]:
         """The variables every rank gets (the CA only over https)."""
@@ -190,110 +365,502 @@ class StatusEndpoint:
             env[CA_CERT_ENV] = self.ca_cert
         return env
 
-    def handle(self, req: Any) -> None:
-        """One POST (any failure is answered with a metav1.Status, never raised)."""
+    def _serve(self) -> None:
+        """The thread: run the server's loop until close(); never raise, never stop early."""
         try:
-            if req.path.split("?")[0] != self.path:
-                req._refuse(404, "NotFound", "Not found")
-                return
-            auth = req.headers.get("Authorization") or ""
-            scheme, _, token = auth.partition(" ")
-            import hmac
-
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode(), self.token.encode()
-            ):
-                req._refuse(403, "Forbidden", "Forbidden")
-                return
-            try:
-                length = int(req.headers.get("Content-Length") or "-1")
-            except ValueError:
-                length = -1
-            if length < 0:
-                req._refuse(411, "BadRequest", "Content-Length required")
-                return
-            if length > MAX_BODY:
-                if length <= 16 * MAX_BODY:  # read it, so the client sees the answer
-                    req.rfile.read(length)
-                req.close_connection = True
-                req._refuse(413, "RequestEntityTooLarge", "Payload too large")
-                return
-            raw = req.rfile.read(length)
-            try:
-                payload = validate(json.loads(raw))
-            except (ValueError, UnicodeDecodeError) as exc:
-                message = str(exc) if isinstance(exc, Invalid) else "Invalid payload"
-                req._refuse(422, "Invalid", message)
-                return
-            if payload["trainerStatus"] is not None:
-                self._store(payload)
-            req._answer(200, payload)
+            self._server = _Server(self)
         except Exception:
-            with contextlib.suppress(Exception):
-                req._refuse(500, "InternalError", "Internal error")
+            self.ready.set()
+            return
+        self.ready.set()
+        while not self.closing:
+            try:
+                self._server.run()
+            except BaseException:  # the endpoint must not end the supervisor
+                time.sleep(0.1)
+        with contextlib.suppress(Exception):
+            self._server.loop.close()
 
-    def _store(self, payload: dict[str, Any]) -> None:
+    def accept(self, ts: dict[str, Any]) -> None:
+        """Store an accepted status: it replaces `trainer-status.json` (atomically)."""
         path = os.path.join(self.job_dir, STATUS_FILE)
         tmp = f"{path}.{threading.get_ident()}.tmp"
         with self.lock:
             with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(payload, fh)
+                json.dump(encode(ts), fh)
             os.replace(tmp, path)
+
+    def authorized(self, header: str | None, namespace: str, name: str) -> bool:
+        """One `Bearer <token>` credential, of this job, for this job's path (as the Trainer's
+        authorizer: the token's audience is one TrainJob)."""
+        import hmac
+
+        parts = (header or "").split()
+        if len(parts) != 2 or parts[0].lower() != "bearer":
+            return False
+        ok = hmac.compare_digest(parts[1].encode("utf-8", "replace"), self.token.encode())
+        return ok and (namespace, name) == (NAMESPACE, self.name)
 
     def close(self) -> None:
         """Stop serving (the supervisor is ending)."""
         self.ready.wait(10)
-        with contextlib.suppress(Exception):
-            self.server.shutdown()
-        with contextlib.suppress(Exception):
-            self.server.server_close()
+        self.closing = True
+        server = self._server
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.loop.call_soon_threadsafe(server.stop.set)
+        self.thread.join(5)
         with contextlib.suppress(Exception):
             self.sock.close()
 
 
-def _make_server(endpoint: StatusEndpoint) -> Any:
-    """The HTTP(S) server on the endpoint's socket (imports http.server and ssl: ~80 ms)."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+def _connection_cap() -> int:
+    """`MAX_CONNECTIONS`, fewer where the open-file limit is small (a quarter of what is left)."""
+    try:
+        import resource
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "kf-jupyter-status"
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return MAX_CONNECTIONS
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(4, min(MAX_CONNECTIONS, (soft - 64) // 4))
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # the ranks' logs are the user's; requests are not logged
 
-        def _answer(self, code: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+# -- HTTP/1.1 on asyncio: what net/http accepts and refuses, every connection bounded ----------
 
-        def _refuse(self, code: int, reason: str, message: str) -> None:
-            self._answer(code, _status_body(code, reason, message))
+_REASONS = {
+    100: "Continue", 200: "OK", 301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden",
+    404: "Not Found", 413: "Request Entity Too Large", 417: "Expectation Failed",
+    422: "Unprocessable Entity", 431: "Request Header Fields Too Large",
+    500: "Internal Server Error", 501: "Not Implemented", 505: "HTTP Version Not Supported",
+}  # fmt: skip
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_CTL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
-        def do_POST(self) -> None:
-            endpoint.handle(self)
 
-        def _not_allowed(self) -> None:
-            if self.path.split("?")[0] == endpoint.path:
-                self._refuse(405, "MethodNotAllowed", "Method not allowed")
+class _Reply(Exception):
+    """A request net/http refuses before any handler runs: plain text, then the conn closes."""
+
+    def __init__(self, code: int, detail: str = "") -> None:
+        super().__init__(code, detail)
+        self.code, self.detail = code, detail
+
+
+class _Request:
+    """One parsed request head."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        parts = lines[0].decode("latin-1").split(" ")
+        if len(parts) != 3:
+            raise _Reply(400, "malformed HTTP request")
+        self.method, target, proto = parts
+        if not _TOKEN.match(self.method):
+            raise _Reply(400, "invalid method")
+        m = re.fullmatch(r"HTTP/(\d+)\.(\d+)", proto)
+        if m is None:
+            raise _Reply(400, "malformed HTTP version")
+        if int(m.group(1)) != 1:
+            raise _Reply(505, "unsupported protocol version")
+        self.http11 = int(m.group(2)) >= 1
+        self.headers: dict[str, list[str]] = {}
+        for raw in lines[1:]:
+            line = raw.decode("latin-1")
+            name, sep, value = line.partition(":")
+            if not sep or not _TOKEN.match(name):
+                raise _Reply(400, "malformed MIME header line")
+            value = value.strip(" \t")
+            if _CTL.search(value):
+                raise _Reply(400, "invalid header value")
+            self.headers.setdefault(name.lower(), []).append(value)
+        hosts = self.headers.get("host", [])
+        if self.http11 and not hosts:
+            raise _Reply(400, "missing required Host header")
+        if len(hosts) > 1:
+            raise _Reply(400, "too many Host headers")
+        if _CTL.search(target) or not target:
+            raise _Reply(400, "malformed request")
+        if target.startswith("/"):
+            raw_path, _, self.query = target.partition("?")
+        elif re.match(r"https?://", target, re.I):
+            from urllib.parse import urlsplit
+
+            split = urlsplit(target)
+            raw_path, self.query = split.path or "/", split.query
+        else:
+            raise _Reply(400, "malformed request")
+        if _BAD_ESCAPE.search(raw_path):
+            raise _Reply(400, "invalid URL escape")
+        self.raw_path = raw_path
+        te = self.headers.get("transfer-encoding") if self.http11 else None
+        self.chunked = False
+        if te:
+            if len(te) != 1 or te[0].strip().lower() != "chunked":
+                raise _Reply(501, "unsupported transfer encoding")
+            self.chunked = True
+        self.length: int | None = None
+        lengths = {v.strip() for v in self.headers.get("content-length", [])}
+        if lengths and not self.chunked:
+            value = lengths.pop()
+            if lengths or not re.fullmatch(r"[0-9]+", value):
+                raise _Reply(400, "bad Content-Length")
+            self.length = int(value)
+        expect = (self.header("expect") or "").lower()
+        self.expect_continue = self.http11 and expect == "100-continue"
+        if expect and not self.expect_continue and self.http11:
+            raise _Reply(417)
+        tokens = {
+            t.strip().lower() for v in self.headers.get("connection", []) for t in v.split(",")
+        }
+        self.keep = ("close" not in tokens) and (self.http11 or "keep-alive" in tokens)
+        self.continued = False
+        self.unread = self.chunked or bool(self.length)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header `name` (Go's `Header.Get`)."""
+        values = self.headers.get(name)
+        return values[0] if values else None
+
+
+def clean_path(p: str) -> str:
+    """Go's `cleanPath` of net/http's ServeMux (path.Clean, keeping a trailing slash)."""
+    if not p:
+        return "/"
+    if p[0] != "/":
+        p = "/" + p
+    parts: list[str] = []
+    for seg in p.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(seg)
+    out = "/" + "/".join(parts)
+    if p.endswith("/") and out != "/":
+        out += "/"
+    return out
+
+
+def _response(
+    code: int,
+    body: bytes,
+    content_type: str | None,
+    keep: bool,
+    head_only: bool = False,
+    extra: tuple[tuple[str, str], ...] = (),
+) -> bytes:
+    from email.utils import formatdate
+
+    lines = [f"HTTP/1.1 {code} {_REASONS.get(code, 'Status')}"]
+    if content_type:
+        lines.append(f"Content-Type: {content_type}")
+    lines.extend(f"{k}: {v}" for k, v in extra)
+    lines.append(f"Date: {formatdate(usegmt=True)}")
+    lines.append(f"Content-Length: {len(body)}")
+    if not keep:
+        lines.append("Connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+    return head if head_only else head + body
+
+
+class _Conn:
+    """One accepted connection: its task, transport, and whether it is mid-answer."""
+
+    __slots__ = ("busy", "sock", "task", "transport")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.busy = False
+        self.task: Any = None
+        self.transport: Any = None
+
+    def kill(self) -> None:
+        """Close it now (no TLS goodbye): eviction, timeout or shutdown."""
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                self.transport.abort()
+        if self.task is not None:
+            self.task.cancel()
+
+
+class _Server:
+    """The asyncio side of a StatusEndpoint (runs in its thread)."""
+
+    def __init__(self, endpoint: StatusEndpoint) -> None:
+        import asyncio
+
+        self.asyncio = asyncio
+        self.ep = endpoint
+        self.loop = asyncio.new_event_loop()
+        # Every error of a connection is that connection's: nothing is logged to the job's files.
+        self.loop.set_exception_handler(lambda loop, context: None)
+        self.ssl: Any = None
+        if endpoint.tls is not None:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*endpoint.tls)
+            ctx.set_alpn_protocols(["http/1.1"])
+            self.ssl = ctx
+        self.stop = asyncio.Event()
+        self.conns: dict[int, _Conn] = {}  # in the order they were accepted
+        self.endpoint_sock = endpoint.sock
+        self.endpoint_sock.setblocking(False)
+
+    def run(self) -> None:
+        """Serve until `stop` is set."""
+        self.loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        asyncio = self.asyncio
+        accept = asyncio.ensure_future(self._accept_loop())
+        try:
+            await self.stop.wait()
+        finally:
+            accept.cancel()
+            tasks = [c.task for c in self.conns.values() if c.task is not None]
+            for c in list(self.conns.values()):
+                c.kill()
+            await asyncio.gather(accept, *tasks, return_exceptions=True)
+
+    def _evict(self) -> bool:
+        """Close the oldest connection that is not mid-answer; False if there is none."""
+        for key, c in self.conns.items():
+            if not c.busy:
+                del self.conns[key]
+                c.kill()
+                self.ep.counts["evicted"] += 1
+                return True
+        return False
+
+    async def _accept_loop(self) -> None:
+        asyncio, loop = self.asyncio, self.loop
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(self.endpoint_sock)
+            except asyncio.CancelledError:
+                raise
+            except OSError:  # EMFILE/ENFILE, ECONNABORTED...: make room, wait, go on
+                self._evict()
+                await asyncio.sleep(0.05)
+                continue
+            self.ep.counts["accepted"] += 1
+            while len(self.conns) >= self.ep.max_connections and self._evict():
+                pass
+            if len(self.conns) >= self.ep.max_connections:
+                sock.close()  # every one is mid-answer: this one goes
+                continue
+            conn = _Conn(sock)
+            self.conns[id(conn)] = conn
+            conn.task = loop.create_task(self._connection(conn))
+
+    async def _connection(self, conn: _Conn) -> None:
+        asyncio, loop = self.asyncio, self.loop
+        writer: Any = None
+        graceful = False
+        try:
+            reader = asyncio.StreamReader(limit=MAX_HEADER)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            kwargs: dict[str, Any] = {}
+            if self.ssl is not None:
+                kwargs = {
+                    "ssl": self.ssl,
+                    "ssl_handshake_timeout": READ_TIMEOUT,
+                    "ssl_shutdown_timeout": 2.0,
+                }
+            async with asyncio.timeout(READ_TIMEOUT + 1):
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol, conn.sock, **kwargs
+                )
+            conn.transport = transport
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            wait = READ_TIMEOUT
+            while True:
+                conn.busy = False
+                async with asyncio.timeout(wait):
+                    first = await reader.read(1)
+                if not first:
+                    return
+                deadline = loop.time() + READ_TIMEOUT
+                async with asyncio.timeout_at(deadline):
+                    lines = await self._read_head(reader, first)
+                keep = await self._exchange(conn, reader, writer, lines, deadline)
+                if not keep:
+                    graceful = True
+                    return
+                wait = IDLE_TIMEOUT
+        except BaseException:  # timeouts, resets, TLS errors, eviction: close it
+            graceful = False
+        finally:
+            self.conns.pop(id(conn), None)
+            if writer is not None and graceful:
+                with contextlib.suppress(BaseException):
+                    writer.close()
+                    async with asyncio.timeout(2.0):
+                        await writer.wait_closed()
+            if conn.transport is not None:
+                with contextlib.suppress(Exception):
+                    conn.transport.abort()
             else:
-                self._refuse(404, "NotFound", "Not found")
+                with contextlib.suppress(Exception):
+                    conn.sock.close()
 
-        do_GET = do_PUT = do_PATCH = do_DELETE = _not_allowed
+    async def _read_head(self, reader: Any, first: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        total = 0
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:  # one line over the limit
+                raise _Reply(431) from None
+            if first:
+                line, first = first + line, b""
+            if not line.endswith(b"\n"):
+                raise ConnectionError("the request ended early")
+            total += len(line)
+            if total > MAX_HEADER:
+                raise _Reply(431)
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+            if not line:
+                if not lines:
+                    raise _Reply(400, "malformed HTTP request")
+                return lines
+            if lines and line[:1] in (b" ", b"\t"):
+                raise _Reply(400, "malformed MIME header line")
+            lines.append(line)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
-    server.daemon_threads = True
-    server.socket.close()
-    sock: Any = endpoint.sock
-    if endpoint.tls is not None:
-        import ssl
+    async def _send(self, conn: _Conn, writer: Any, data: bytes) -> None:
+        conn.busy = True
+        writer.write(data)
+        async with self.asyncio.timeout(WRITE_TIMEOUT):
+            await writer.drain()
 
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(*endpoint.tls)
-        # The handshake happens in the request's thread, so a slow client cannot stall the rest.
-        sock = ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-    server.socket = sock
-    server.server_address = sock.getsockname()
-    return server
+    async def _read_body(
+        self, reader: Any, writer: Any, req: _Request, limit: int
+    ) -> tuple[bytes, bool]:
+        """Up to `limit` bytes of the body, and whether it was read to its end without error."""
+        if not req.unread:
+            return b"", True
+        if req.expect_continue and not req.continued:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            req.continued = True
+        req.unread = False
+        if not req.chunked:
+            assert req.length is not None
+            if req.length > limit:
+                return await reader.readexactly(limit), False
+            return await reader.readexactly(req.length), True
+        data = bytearray()
+        while True:
+            line = await reader.readline()
+            if not line.endswith(b"\n") or len(line) > 4096:
+                return bytes(data), False
+            size_text = line.split(b";")[0].strip()
+            if not re.fullmatch(rb"[0-9a-fA-F]{1,16}", size_text):
+                return bytes(data), False
+            size = int(size_text, 16)
+            if size == 0:
+                trailer = 0
+                while True:  # the trailer, up to its empty line
+                    t = await reader.readline()
+                    trailer += len(t)
+                    if not t.endswith(b"\n") or trailer > MAX_HEADER:
+                        return bytes(data), False
+                    if t in (b"\r\n", b"\n"):
+                        return bytes(data), True
+            if len(data) + size > limit:
+                data += await reader.readexactly(limit - len(data))
+                return bytes(data), False
+            data += await reader.readexactly(size)
+            if await reader.readexactly(2) != b"\r\n":
+                return bytes(data), False
+
+    async def _settle(self, reader: Any, writer: Any, req: _Request, deadline: float) -> bool:
+        """Before answering, as net/http does: read out a small unread body so the connection
+        can be reused; False (close after the answer) when it cannot be."""
+        if not req.keep:
+            return False
+        if not req.unread:
+            return True
+        if req.expect_continue and not req.continued:
+            return False
+        if req.length is not None and req.length > MAX_DISCARD:
+            return False
+        try:
+            async with self.asyncio.timeout_at(deadline):
+                _, whole = await self._read_body(reader, writer, req, MAX_DISCARD)
+        except BaseException:
+            return False
+        return whole
+
+    async def _exchange(
+        self, conn: _Conn, reader: Any, writer: Any, lines: list[bytes], deadline: float
+    ) -> bool:
+        """Answer one request; whether the connection stays open."""
+        self.ep.counts["requests"] += 1
+        try:
+            req = _Request(lines)
+        except _Reply as r:
+            text = f"{r.code} {_REASONS.get(r.code, '')}" + (f": {r.detail}" if r.detail else "")
+            await self._send(
+                conn, writer, _response(r.code, text.encode(), "text/plain; charset=utf-8", False)
+            )
+            return False
+        head_only = req.method == "HEAD"
+
+        async def answer(
+            code: int,
+            body: bytes,
+            ctype: str | None = "application/json",
+            extra: tuple[tuple[str, str], ...] = (),
+        ) -> bool:
+            keep = await self._settle(reader, writer, req, deadline)
+            await self._send(conn, writer, _response(code, body, ctype, keep, head_only, extra))
+            return keep
+
+        def status(code: int, reason: str, message: str) -> bytes:
+            return go_json(_status_body(code, reason, message))
+
+        # The Trainer's body-size middleware wraps everything: a declared length over 64 KiB.
+        if req.length is not None and req.length > MAX_BODY:
+            return await answer(413, status(413, "RequestEntityTooLarge", "Payload too large"))
+        from urllib.parse import unquote
+
+        raw_segments = req.raw_path.split("/")
+        path = unquote(req.raw_path)
+        if req.method != "CONNECT" and clean_path(path) != path:
+            where = clean_path(req.raw_path) + (f"?{req.query}" if req.query else "")
+            html = req.method in ("GET", "HEAD")
+            body = f'<a href="{where}">Moved Permanently</a>.\n\n'.encode() if html else b""
+            ctype = "text/html; charset=utf-8" if html else None
+            return await answer(301, body, ctype, (("Location", where),))
+        segments = [unquote(s) for s in raw_segments]
+        m = _ROUTE.fullmatch("/".join(segments)) if len(segments) == 9 else None
+        if req.method != "POST" or m is None:
+            return await answer(404, status(404, "NotFound", "Not found"))
+        if not self.ep.authorized(req.header("authorization"), m.group(1), m.group(2)):
+            return await answer(403, status(403, "Forbidden", "Forbidden"))
+        async with self.asyncio.timeout_at(deadline):
+            raw, _ = await self._read_body(reader, writer, req, MAX_BODY)
+        try:
+            ts = decode(raw)
+            if ts is not None:
+                errors = schema_errors(ts)
+                if errors:
+                    listed = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+                    raise Invalid(
+                        f'TrainJob.trainer.kubeflow.org "{self.ep.name}" is invalid: {listed}'
+                    )
+        except Invalid as exc:
+            return await answer(422, status(422, "Invalid", str(exc)))
+        except Exception:  # the Trainer's recovery middleware
+            return await answer(500, status(500, "InternalError", "Internal Server Error"))
+        if ts is not None:
+            try:
+                self.ep.accept(ts)
+            except Exception:  # a full disk: the Trainer's apply failing
+                return await answer(500, status(500, "InternalError", "Internal error"))
+        return await answer(200, go_json(encode(ts)))
