@@ -356,10 +356,14 @@ class LocalBackend:
         interp = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
         if interp is None:
             return None
-        pool = warm_pool.pool_for(self.state_dir, interp, framework, env)
-        warm_pool.ensure_started(
-            pool, env, self.config.warm_idle_seconds, self.config.warm_max_pools
-        )
+        try:
+            pool = warm_pool.pool_for(self.state_dir, interp, framework, env)
+            warm_pool.ensure_started(
+                pool, env, self.config.warm_idle_seconds, self.config.warm_max_pools
+            )
+        except OSError as exc:
+            log.info("no warm pool for %s: %s", framework, exc)
+            return None  # jobs start cold and say why
         return pool
 
     def _warm_pool(
@@ -377,7 +381,10 @@ class LocalBackend:
         python = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
         if python is None:
             return None, f"the interpreter of {launcher} on the job's PATH is not known"
-        return warm_pool.pool_for(self.state_dir, python, plan.policy, env), ""
+        try:
+            return warm_pool.pool_for(self.state_dir, python, plan.policy, env), ""
+        except OSError as exc:  # e.g. another user took the sockets' folder: never fail the job
+            return None, f"the warm pool is unavailable ({exc})"
 
     def _launch(
         self,

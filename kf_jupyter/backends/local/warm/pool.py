@@ -177,22 +177,66 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def socket_dir() -> Path:
-    """A short owner-only folder for the sockets (a Unix socket path holds at most 107 bytes)."""
+SOCKET_DIR_FALLBACKS = 3  # `<tmp>/kf-jupyter-<uid>-1` .. `-3` when the first is taken
+
+
+def socket_dir_candidates() -> list[Path]:
+    """Where the pool's sockets may live, in order: `$XDG_RUNTIME_DIR/kf-jupyter-<uid>` (when it
+    is set, short and a folder), `<tmp>/kf-jupyter-<uid>`, then `<tmp>/kf-jupyter-<uid>-N`."""
     import tempfile
 
-    base = os.environ.get("XDG_RUNTIME_DIR") or ""
-    if not base or len(base) > 40 or not os.path.isdir(base):
-        base = tempfile.gettempdir()
-    d = Path(base) / f"kf-jupyter-{os.getuid()}"
+    uid = os.getuid()
+    out = []
+    xdg = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if xdg and len(xdg) <= 40 and os.path.isdir(xdg):
+        out.append(Path(xdg) / f"kf-jupyter-{uid}")
+    tmp = Path(tempfile.gettempdir())
+    out.append(tmp / f"kf-jupyter-{uid}")
+    out.extend(tmp / f"kf-jupyter-{uid}-{n}" for n in range(1, SOCKET_DIR_FALLBACKS + 1))
+    return out
+
+
+def _private_dir(d: Path) -> str:
+    """'' when `d` is (or is now made) a folder of this user that only it can open, else why not.
+    Never follows a symlink; a folder another user made first is left alone."""
     with contextlib.suppress(FileExistsError):
-        d.mkdir(mode=0o700)
-    st = os.lstat(d)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise OSError(
-            f"{d} is not a folder of this user with mode 0700; remove it, or set XDG_RUNTIME_DIR"
-        )
-    return d
+        try:
+            d.mkdir(mode=0o700)
+        except OSError as exc:
+            if not isinstance(exc, FileExistsError):
+                return f"{d} cannot be made ({exc.strerror})"
+            raise
+    try:
+        st = os.lstat(d)
+    except OSError as exc:
+        return f"{d} cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"{d} is not a folder of this user (it is a link or a file)"
+    if st.st_uid != os.getuid():
+        return f"{d} is not a folder of this user (uid {st.st_uid} made it)"
+    if st.st_mode & 0o077:
+        return f"{d} is not a folder of this user with mode 0700 (mode {st.st_mode & 0o777:o})"
+    return ""
+
+
+def socket_dir() -> Path:
+    """A short owner-only folder for the sockets (a Unix socket path holds at most 107 bytes).
+
+    The first of `socket_dir_candidates()` that is (or can be made) this user's, mode 0700: a
+    folder that another local user created first under a shared /tmp is skipped, never used.
+    OSError naming every candidate and why when none is (the job then starts cold).
+    """
+    why = []
+    for d in socket_dir_candidates():
+        problem = _private_dir(d)
+        if not problem:
+            return d
+        why.append(problem)
+    raise OSError(
+        "no private folder for the warm pool's sockets: "
+        + "; ".join(why)
+        + " (set XDG_RUNTIME_DIR to a folder of yours, or remove these)"
+    )
 
 
 def pool_for(state_dir: Path, python: str, framework: str, env: Mapping[str, str]) -> Pool:
