@@ -206,6 +206,21 @@ def _kfj_redirect_logs(rank):
 _KFJ_ARCHIVE = "/var/run/kf-jupyter/workspace/workspace.tar.gz"
 
 
+_KFJ_UNPACK_DEFAULT = 4 * 1024 * 1024  # workspace.DEFAULT_MAX_BYTES, for archives without it
+_KFJ_UNPACK_CEILING = 1 << 30
+_KFJ_UNPACK_MAX_FILES = 20_000  # workspace.MAX_FILES
+
+
+def _kfj_unpack_limit(tar):
+    """The bytes an archive may unpack to: the workspace limit it was made under (its pax
+    header), never over 1 GiB."""
+    try:
+        limit = int(tar.pax_headers.get("KF_JUPYTER.max_bytes", _KFJ_UNPACK_DEFAULT))
+    except (TypeError, ValueError):
+        limit = _KFJ_UNPACK_DEFAULT
+    return max(0, min(limit, _KFJ_UNPACK_CEILING))
+
+
 def _kfj_unpack_workspace(archive):
     """Unpack the workspace archive once per node (pod); the first process to finish wins."""
     import hashlib
@@ -220,11 +235,22 @@ def _kfj_unpack_workspace(archive):
     if os.path.isdir(target):
         return target
     with tarfile.open(archive, "r:gz") as tar:
-        members = tar.getmembers()
-        for member in members:
+        members = []
+        total = 0
+        for member in tar:  # headers only; no data is written before the whole check
             name = member.name
             if not member.isfile() or name.startswith("/") or ".." in name.split("/"):
                 raise RuntimeError(f"kf-jupyter: unsafe path {name!r} in the workspace archive")
+            members.append(member)
+            total += member.size
+            limit = _kfj_unpack_limit(tar)
+            if total > limit or len(members) > _KFJ_UNPACK_MAX_FILES:
+                raise RuntimeError(
+                    f"kf-jupyter: the workspace archive {archive} unpacks to more than its limit "
+                    f"({limit} bytes, {_KFJ_UNPACK_MAX_FILES} files); it was not unpacked. "
+                    "Submit again (the archive is not one kf-jupyter made), or with "
+                    "--no-workspace."
+                )
         if not members:
             # Nothing to unpack. Renaming an empty folder would replace another rank's empty
             # target (rename() replaces an empty directory) and pull it from under the rank
@@ -235,7 +261,7 @@ def _kfj_unpack_workspace(archive):
                 pass
             return target
         tmp = tempfile.mkdtemp(prefix=".kf-jupyter-workspace-", dir=os.path.dirname(target))
-        tar.extractall(tmp)
+        tar.extractall(tmp, members=members)
     try:
         os.rename(tmp, target)  # never replaces: the same archive makes a non-empty target
     except OSError:  # another rank of this node got there first

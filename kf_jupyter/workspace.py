@@ -39,21 +39,14 @@ ENV_ARCHIVE = "KF_JUPYTER_WORKSPACE_ARCHIVE"
 ARCHIVE_KEY = "workspace.tar.gz"
 MOUNT_DIR = "/var/run/kf-jupyter/workspace"
 ARCHIVE_PATH = f"{MOUNT_DIR}/{ARCHIVE_KEY}"
+#: The archive's pax header with the workspace limit: the runner unpacks at most this much.
+MAX_BYTES_PAX = "KF_JUPYTER.max_bytes"
 
 #: Built-in exclusions (gitignore syntax), read before any `.gitignore`, so a `.kfignore` can
-#: bring one back with `!pattern`. Hidden folders cover .git, .venv, .ipynb_checkpoints, caches;
-#: credential files stay home (on a cluster the workspace is a ConfigMap, not a Secret).
+#: bring one back with `!pattern`. Hidden folders cover .git, .venv, .ipynb_checkpoints, caches,
+#: and credential folders (.ssh, .aws, .kube, .docker, .gnupg, .config).
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     ".*/",
-    ".env",
-    ".env.*",
-    ".netrc",
-    ".pypirc",
-    ".git-credentials",
-    "*.pem",
-    "*.key",
-    "id_rsa*",
-    "id_ed25519*",
     ".DS_Store",
     "__pycache__/",
     "*.py[cod]",
@@ -71,6 +64,63 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     "*.safetensors",
     "*.onnx",
 )
+#: Credential files by name (gitignore syntax): never shipped unless a `.kfignore` brings one
+#: back with `!name`. Files of any name whose content holds key material or a known token
+#: format (`SECRET_PATTERNS`) are left out too.
+CREDENTIAL_EXCLUDES: tuple[str, ...] = (
+    # environment and tool credentials
+    ".env", ".env.*", "*.env", ".envrc", ".netrc", "_netrc", ".pgpass", ".my.cnf", ".npmrc",
+    ".yarnrc", ".yarnrc.yml", ".pypirc", ".git-credentials", ".vault-token", ".s3cfg", ".boto",
+    ".dockercfg", ".htpasswd", "htpasswd", ".terraformrc", "terraform.rc", "*.tfstate",
+    "*.tfstate.*", "*.tfvars", ".databrickscfg", ".kaggle.json", "kaggle.json", ".huggingface",
+    ".wandb", ".netrc.*",
+    # shell and REPL histories (commands typed with passwords in them)
+    ".*_history", "*_history", ".lesshst", ".viminfo",
+    # keys and certificates with keys
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "id_xmss*", "*.pem", "*.key", "*.p12",
+    "*.pfx", "*.ppk", "*.jks", "*.keystore", "*.kdbx", "*.gpg", "*.pgp", "*.asc", "*.p8",
+    "*.der", "*.crt.key",
+    # cluster and cloud credentials
+    "kubeconfig", "kubeconfig.*", "*.kubeconfig", "credentials", "credentials.*",
+    "*credentials*.json", "client_secret*.json", "service-account*.json",
+    "service_account*.json", "*serviceaccount*.json", "application_default_credentials.json",
+    "*-sa-key.json", "token.json", "*.token",
+    # secrets files of common tools
+    "secrets.toml", "secrets.yaml", "secrets.yml", "secrets.json", "secrets.env", "*.secret",
+    "*.secrets", ".secrets", "secret.*",
+)  # fmt: skip
+#: Content that marks a file as a credential, whatever its name (checked on what is read).
+SECRET_PATTERNS: tuple[tuple[str, re.Pattern[bytes]], ...] = tuple(
+    (what, re.compile(rx))
+    for what, rx in (
+        ("a private key", rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
+        ("a PuTTY private key", rb"PuTTY-User-Key-File-\d+:"),
+        ("an AWS access key", rb"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b"),
+        ("a GitHub token", rb"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{60,})"),
+        ("a GitLab token", rb"\bglpat-[A-Za-z0-9_\-]{20,}"),
+        ("a Slack token", rb"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
+        ("a Google API key", rb"\bAIza[0-9A-Za-z_\-]{35}\b"),
+        ("a Hugging Face token", rb"\bhf_[A-Za-z]{34,}\b"),
+        ("an OpenAI or Anthropic key", rb"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{32,}"),
+        ("a Stripe key", rb"\b[rs]k_live_[0-9A-Za-z]{24,}"),
+        ("an npm token", rb"\bnpm_[A-Za-z0-9]{36}\b"),
+        ("a PyPI token", rb"\bpypi-AgE[A-Za-z0-9_\-]{50,}"),
+        ("a kubeconfig credential", rb"(?m)^\s*(?:client-key-data:\s*\S{16,}|token:\s*eyJ[\w\-]+\.[\w\-]+\.)"),
+        ("a Vault token", rb"\bhv[sb]\.[A-Za-z0-9_\-]{24,}"),
+    )
+)  # fmt: skip
+
+
+def secret_kind(data: bytes) -> str:
+    """What credential `data` looks like it holds ('' if none of `SECRET_PATTERNS` matches)."""
+    for what, rx in SECRET_PATTERNS:
+        if rx.search(data):
+            return what
+    return ""
+
+
+class WorkspaceSecretWarning(UserWarning):
+    """Files that look like credentials were left out of a job's workspace."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +206,7 @@ class Rule:
     negate: bool
     dir_only: bool
     text: str
+    origin: str = ""
 
 
 def _glob_to_regex(pat: str) -> str:
@@ -197,8 +248,9 @@ def _glob_to_regex(pat: str) -> str:
     return "".join(out)
 
 
-def parse_ignore(text: str, base: str = "") -> list[Rule]:
-    """The rules of one ignore file whose folder is `base` (relative, posix, '' for the top)."""
+def parse_ignore(text: str, base: str = "", origin: str = "") -> list[Rule]:
+    """The rules of one ignore file whose folder is `base` (relative, posix, '' for the top);
+    `origin` names the file (for the dry run's reasons)."""
     rules: list[Rule] = []
     for raw in text.splitlines():
         line = raw.rstrip("\n\r")
@@ -221,14 +273,27 @@ def parse_ignore(text: str, base: str = "") -> list[Rule]:
         body = _glob_to_regex(line)
         prefix = "" if anchored else "(?:.*/)?"
         rules.append(
-            Rule(base, re.compile(f"^{prefix}{body}$", re.DOTALL), negate, dir_only, raw.strip())
+            Rule(
+                base,
+                re.compile(f"^{prefix}{body}$", re.DOTALL),
+                negate,
+                dir_only,
+                raw.strip(),
+                origin,
+            )
         )
     return rules
 
 
 def is_ignored(rules: Sequence[Rule], path: str, is_dir: bool) -> bool:
     """Whether `path` (relative to the top, posix) is ignored: the last matching rule wins."""
-    ignored = False
+    rule = deciding_rule(rules, path, is_dir)
+    return rule is not None and not rule.negate
+
+
+def deciding_rule(rules: Sequence[Rule], path: str, is_dir: bool) -> Rule | None:
+    """The last rule that matches `path` (it decides), or None."""
+    found = None
     for rule in rules:
         if rule.dir_only and not is_dir:
             continue
@@ -239,8 +304,8 @@ def is_ignored(rules: Sequence[Rule], path: str, is_dir: bool) -> bool:
         else:
             rel = path
         if rule.regex.match(rel):
-            ignored = not rule.negate
-    return ignored
+            found = rule
+    return found
 
 
 # ----------------------------------------------------------------------------- the snapshot
@@ -252,16 +317,23 @@ class SnapshotFile:
 
     path: str
     size: int
+    scan: bool = True  # its content is checked for credentials (False: a .kfignore `!` took it)
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The files of a workspace as listed at submit time (contents are read when shipped)."""
+    """The files of a workspace as listed at submit time (contents are read when shipped).
+
+    skipped: what was left out (paths; folders end in '/'); reasons: (path, why) for each;
+    credentials: the paths left out because they look like credentials (by name or content).
+    """
 
     root: str
     files: tuple[SnapshotFile, ...]
     max_bytes: int
     skipped: tuple[str, ...] = field(default_factory=tuple)
+    reasons: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    credentials: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def total_bytes(self) -> int:
@@ -281,7 +353,22 @@ class Snapshot:
             "size": human(self.total_bytes),
             "limit": human(self.max_bytes),
             "skipped": list(self.skipped[:50]),
+            "skipped_why": [f"{p}: {why}" for p, why in self.reasons[:100]],
+            "credentials": list(self.credentials),
         }
+
+    def secret_warning(self) -> str:
+        """One line saying which files were left out as credentials ('' when none were)."""
+        if not self.credentials:
+            return ""
+        why = dict(self.reasons)
+        shown = ", ".join(f"{p} ({why.get(p, '')})" for p in self.credentials[:3])
+        more = f" and {len(self.credentials) - 3} more" if len(self.credentials) > 3 else ""
+        return (
+            f"kf-jupyter: {len(self.credentials)} file(s) of the workspace {self.root} look like "
+            f"credentials and are not shipped: {shown}{more}; a dry run lists every skipped "
+            "file and why (pass credentials as secrets, not files)."
+        )
 
 
 def _too_big(root: str, files: list[SnapshotFile], total: int, limit: int, partial: bool) -> str:
@@ -332,23 +419,43 @@ def take_snapshot(
             "existing folder (--workspace DIR, or RuntimeConfig(workspace=...)), or ship "
             "nothing (--no-workspace, or RuntimeConfig(workspace=False))."
         )
-    skip = {Path(os.path.expanduser(d)).resolve() for d in skip_dirs}
+    skip_set = {Path(os.path.expanduser(d)).resolve() for d in skip_dirs}
     # Paths are matched relative to the enclosing git repository, so its .gitignore files from
     # the top down to the workspace apply as git applies them.
     anchor = _git_root(root) or root
     top = root.relative_to(anchor).as_posix()
     top = "" if top == "." else top
-    rules = parse_ignore("\n".join(DEFAULT_EXCLUDES), top)
+    rules = parse_ignore("\n".join(DEFAULT_EXCLUDES), top, BUILTIN)
+    rules += parse_ignore("\n".join(CREDENTIAL_EXCLUDES), top, CREDENTIAL_NAMES)
     if anchor != root:
-        rules += parse_ignore(_read(anchor / ".git" / "info" / "exclude"), "")
+        rules += parse_ignore(_read(anchor / ".git" / "info" / "exclude"), "", ".git/info/exclude")
         d = anchor
         for part in Path(top).parts:  # the repository's .gitignore files above the workspace
             base = d.relative_to(anchor).as_posix()
-            rules += parse_ignore(_read(d / ".gitignore"), "" if base == "." else base)
+            rules += parse_ignore(
+                _read(d / ".gitignore"), "" if base == "." else base, f"{base}/.gitignore"
+            )
             d = d / part
     files: list[SnapshotFile] = []
     skipped: list[str] = []
+    reasons: list[tuple[str, str]] = []
+    credentials: list[str] = []
     total = 0
+
+    def skip(shown: str, why: str, entry: str | None = None, credential: bool = False) -> None:
+        skipped.append(entry or shown)
+        reasons.append((shown, why))
+        if credential:
+            credentials.append(shown)
+
+    def excluded(rules: list[Rule], rel: str, is_dir: bool) -> Rule | None:
+        rule = deciding_rule(rules, rel, is_dir)
+        return rule if rule is not None and not rule.negate else None
+
+    def rule_why(rule: Rule) -> tuple[str, bool]:
+        if rule.origin == CREDENTIAL_NAMES:
+            return f"a credential file name ('{rule.text}')", True
+        return f"excluded by '{rule.text}' ({rule.origin or 'built-in'})", False
 
     def rel_of(p: Path) -> str:
         return p.relative_to(anchor).as_posix()
@@ -359,13 +466,15 @@ def take_snapshot(
         for name in (".gitignore", ".kfignore"):
             text = _read(d / name)
             if text:
-                rules = [*rules, *parse_ignore(text, base)]
+                origin = f"{base}/{name}" if base else name
+                rules = [*rules, *parse_ignore(text, base, origin)]
         if d == root and ws.exclude:
-            rules = [*rules, *parse_ignore("\n".join(ws.exclude), base)]
+            rules = [*rules, *parse_ignore("\n".join(ws.exclude), base, "Workspace(exclude=...)")]
         try:
             entries = sorted(os.scandir(d), key=lambda e: e.name)
         except OSError as exc:
-            skipped.append(f"{rel_of(d) or '.'}/ (cannot be read: {exc.strerror})")
+            shown = f"{rel_of(d) or '.'}/"
+            skip(shown, f"cannot be read: {exc.strerror}", f"{shown} (cannot be read: {exc.strerror})")  # fmt: skip
             return
         for entry in entries:
             p = Path(entry.path)
@@ -377,31 +486,129 @@ def take_snapshot(
             except OSError:
                 continue
             if is_dir:
-                if is_ignored(rules, rel, True):
-                    skipped.append(shown + "/")
-                elif p.resolve() in skip or _is_virtualenv(p):
-                    skipped.append(shown + "/")
+                rule = excluded(rules, rel, True)
+                if rule is not None:
+                    why, cred = rule_why(rule)
+                    skip(shown + "/", why, credential=cred)
+                elif p.resolve() in skip_set:
+                    skip(shown + "/", "the backend's own state folder")
+                elif _is_virtualenv(p):
+                    skip(shown + "/", "a virtual environment")
                 else:
                     walk(p, rules)
                 continue
-            if is_ignored(rules, rel, False):
-                skipped.append(shown)
+            rule = deciding_rule(rules, rel, False)
+            if rule is not None and not rule.negate:
+                why, cred = rule_why(rule)
+                skip(shown, why, credential=cred)
                 continue
+            # A `!` line of the user's own (.kfignore, .gitignore, exclude) ships it as it is.
+            chosen = rule is not None and rule.origin not in (BUILTIN, CREDENTIAL_NAMES)
+            if is_link:
+                target = os.path.realpath(p)
+                if not _inside(target, str(root)):
+                    skip(shown, "a link out of the workspace (never followed)",
+                         shown + " (link out of the workspace)")  # fmt: skip
+                    continue
+                trel = Path(target).relative_to(anchor).as_posix()
+                hit = _excluded_on_the_way(rules, trel)
+                if hit is not None and not chosen:
+                    why, cred = rule_why(hit)
+                    skip(shown, f"a link to {Path(target).relative_to(root).as_posix()}: {why}",
+                         credential=cred)  # fmt: skip
+                    continue
             try:
-                st = os.stat(p)  # a symlink to a file ships the file it points to
+                st = os.stat(p)  # a link inside the workspace ships the file it points to
             except OSError:
-                skipped.append(shown + " (broken link)")
+                skip(shown, "a broken link", shown + " (broken link)")
                 continue
             if not stat.S_ISREG(st.st_mode):
-                skipped.append(shown + (" (link to a folder)" if is_link else " (not a file)"))
+                what = "link to a folder" if is_link and stat.S_ISDIR(st.st_mode) else "not a file"
+                skip(shown, f"{what}: only regular files ship", f"{shown} ({what})")
                 continue
-            files.append(SnapshotFile(shown, st.st_size))
+            if total + st.st_size > ws.max_bytes or len(files) >= MAX_FILES:
+                files.append(SnapshotFile(shown, st.st_size))
+                raise ValidationError(
+                    _too_big(str(root), files, total + st.st_size, ws.max_bytes, True)
+                )
+            if not chosen:
+                try:
+                    data = read_shipped(str(root), shown, ws.max_bytes - total)
+                except _NotShipped as exc:
+                    skip(shown, str(exc))
+                    continue
+                kind = secret_kind(data)
+                if kind:
+                    skip(shown, f"looks like a credential: {kind}", credential=True)
+                    continue
+            files.append(SnapshotFile(shown, st.st_size, scan=not chosen))
             total += st.st_size
             if total > ws.max_bytes or len(files) > MAX_FILES:
                 raise ValidationError(_too_big(str(root), files, total, ws.max_bytes, True))
 
     walk(root, rules)
-    return Snapshot(str(root), tuple(files), ws.max_bytes, tuple(skipped))
+    return Snapshot(
+        str(root), tuple(files), ws.max_bytes, tuple(skipped), tuple(reasons), tuple(credentials)
+    )
+
+
+BUILTIN = "built-in exclusions"
+CREDENTIAL_NAMES = "credential file names"
+
+
+class _NotShipped(Exception):
+    """A listed file that must not be shipped after all (a link out, not a regular file)."""
+
+
+def _inside(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:
+        return False
+
+
+def _excluded_on_the_way(rules: Sequence[Rule], rel: str) -> Rule | None:
+    """The rule that excludes `rel` (a file) or one of the folders above it, or None (a
+    credential rule first: a link to `.ssh/id_rsa` is a link to a key, not to a hidden folder)."""
+    parts = rel.split("/")
+    found = [deciding_rule(rules, "/".join(parts[:i]), True) for i in range(1, len(parts))]
+    found.append(deciding_rule(rules, rel, False))
+    hits = [r for r in found if r is not None and not r.negate]
+    hits.sort(key=lambda r: r.origin != CREDENTIAL_NAMES)
+    return hits[0] if hits else None
+
+
+def read_shipped(root: str, rel: str, budget: int) -> bytes:
+    """The content of workspace file `rel`, read now: a regular file inside `root` only (a link
+    is resolved and must stay inside; no device, FIFO or /proc file), at most `budget` bytes
+    actually read (ValidationError past it, whatever its listed size said)."""
+    real = os.path.realpath(os.path.join(root, rel))
+    if not _inside(real, root):
+        raise _NotShipped("a link out of the workspace (never followed)")
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _NotShipped(f"cannot be read: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _NotShipped("not a file: only regular files ship")
+        chunks: list[bytes] = []
+        got = 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            got += len(chunk)
+            if got > budget:
+                raise ValidationError(
+                    f"The workspace file {rel} reads as more than the {human(max(budget, 0))} "
+                    "left under the workspace limit (its listed size was smaller: it grew, or it "
+                    "is a special file). Exclude it in a .kfignore file, or raise the limit. "
+                    "Nothing was submitted."
+                )
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _check_unchanged_size(snap: Snapshot, total: int) -> None:
@@ -415,11 +622,17 @@ def archive(snap: Snapshot) -> bytes:
 
     buf = io.BytesIO()
     total = 0
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=9) as tar:
-        for f in snap.files:
+    with tarfile.open(
+        fileobj=buf,
+        mode="w:gz",
+        compresslevel=9,
+        format=tarfile.PAX_FORMAT,
+        # the pod-side unpack's bound (no global header in an empty archive: it would not open)
+        pax_headers={MAX_BYTES_PAX: str(snap.max_bytes)} if snap.files else None,
+    ) as tar:
+        for f in _shipped(snap):
             path = os.path.join(snap.root, f.path)
-            with open(path, "rb") as fh:
-                data = fh.read()
+            data = f.data
             total += len(data)
             info = tarfile.TarInfo(f.path)
             info.size = len(data)
@@ -438,7 +651,6 @@ def _private_mode(mode: int) -> int:
 
 def copy_into(snap: Snapshot, dest: str | os.PathLike[str]) -> None:
     """Copy the snapshot's files into `dest` (created), as they are now, owner-only."""
-    import shutil
 
     out = Path(dest)
     made: set[Path] = set()
@@ -452,14 +664,51 @@ def copy_into(snap: Snapshot, dest: str | os.PathLike[str]) -> None:
         d.chmod(0o700)  # whatever the umask
         made.add(d)
 
-    for f in snap.files:
+    for f in _shipped(snap):
         src = os.path.join(snap.root, f.path)
         target = out / f.path
         folder(target.parent)
-        shutil.copyfile(src, target, follow_symlinks=True)
-        shutil.copystat(src, target, follow_symlinks=True)  # times (and mode, tightened next)
-        target.chmod(_private_mode(os.stat(src).st_mode))
+        st = os.stat(src)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _private_mode(st.st_mode))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(f.data)
+        os.chmod(target, _private_mode(st.st_mode))  # whatever the umask
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
     folder(out)
+
+
+@dataclass(frozen=True)
+class _Read:
+    path: str
+    data: bytes
+
+
+def _shipped(snap: Snapshot) -> Iterable[_Read]:
+    """The snapshot's files read now, within the limit on the bytes actually read; a file that
+    has become a link out, a special file, or a credential since the listing is left out (with
+    the one-line warning)."""
+    import warnings
+
+    left = snap.max_bytes
+    late: list[str] = []
+    for f in snap.files:
+        try:
+            data = read_shipped(snap.root, f.path, left)
+        except _NotShipped:
+            late.append(f.path)
+            continue
+        if f.scan and secret_kind(data):
+            late.append(f.path)
+            continue
+        left -= len(data)
+        yield _Read(f.path, data)
+    if late:
+        warnings.warn(
+            f"kf-jupyter: {len(late)} workspace file(s) changed since they were listed and are "
+            f"not shipped (a link out, a special file, or a credential now): {', '.join(late[:5])}",
+            WorkspaceSecretWarning,
+            stacklevel=3,
+        )
 
 
 def snapshot_for(
@@ -468,10 +717,19 @@ def snapshot_for(
     default_dir: str,
     skip_dirs: Iterable[str | os.PathLike[str]] = (),
 ) -> Snapshot | None:
-    """The snapshot a job ships, or None (workspace=False, or the job runs its own command)."""
+    """The snapshot a job ships, or None (workspace=False, or the job runs its own command).
+
+    Files that look like credentials are left out with one `WorkspaceSecretWarning` line.
+    """
     if getattr(trainer, "func", None) is None and getattr(trainer, "script", None) is None:
         return None  # no kf-jupyter runner in the job: nothing would enter the workspace
     ws = resolve(getattr(runtime_config, "workspace", None))
     if ws is None:
         return None
-    return take_snapshot(ws, default_dir, skip_dirs)
+    snap = take_snapshot(ws, default_dir, skip_dirs)
+    warning = snap.secret_warning()
+    if warning:
+        import warnings
+
+        warnings.warn(warning, WorkspaceSecretWarning, stacklevel=3)
+    return snap

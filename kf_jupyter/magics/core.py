@@ -195,6 +195,10 @@ def _workspace_preview(plan: dict[str, Any]) -> str:
     ]
     if ws.get("skipped"):
         lines.append("# skipped: " + ", ".join(ws["skipped"]))
+    if ws.get("credentials"):
+        why = dict(w.split(": ", 1) for w in ws.get("skipped_why", []) if ": " in w)
+        lines.append("# not shipped, they look like credentials:")
+        lines.extend(f"#   {p} ({why.get(p, '')})" for p in ws["credentials"])
     return "\n".join(lines) + "\n"
 
 
