@@ -70,7 +70,7 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
 CREDENTIAL_EXCLUDES: tuple[str, ...] = (
     # environment and tool credentials
     ".env", ".env.*", "*.env", ".envrc", ".netrc", "_netrc", ".pgpass", ".my.cnf", ".npmrc",
-    ".yarnrc", ".yarnrc.yml", ".pypirc", ".git-credentials", ".vault-token", ".s3cfg", ".boto",
+    ".pypirc", ".git-credentials", ".vault-token", ".s3cfg", ".boto",
     ".dockercfg", ".htpasswd", "htpasswd", ".terraformrc", "terraform.rc", "*.tfstate",
     "*.tfstate.*", "*.tfvars", ".databrickscfg", ".kaggle.json", "kaggle.json", ".huggingface",
     ".wandb", ".netrc.*",
