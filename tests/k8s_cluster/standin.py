@@ -77,6 +77,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from tests.k8s_cluster.apiserver import free_port
+from tests.k8s_cluster.trainer_model import build_jobset
 
 log = logging.getLogger("k8s-standin")
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -359,6 +360,7 @@ class StandIn:
                         log.warning("deleting pod %s: %s", pod.name, e)
             if deleted:
                 self._collect_owned_configmaps(job)
+                self._delete_jobset(job.namespace, job.name)
         fins = (tj or {}).get("metadata", {}).get("finalizers") or []
         gc = {"foregroundDeletion", "orphan"}
         if tj is not None and any(f in gc for f in fins):
@@ -619,6 +621,8 @@ class StandIn:
                 f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']} not found",
             )
             return
+        if not self._apply_jobset(tj, rt):
+            return
         cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}"
         run = 1
         while cwd.exists():  # resumed: new pods, new (empty) logs, as on a cluster
@@ -641,6 +645,45 @@ class StandIn:
                 rc = pod.proc.wait() if pod.proc is not None else (0 if not failed else 137)
                 self._finish_pod(pod, rc)
         self._patch_job(tj, job, final=True)
+
+    def _apply_jobset(self, tj: dict[str, Any], rt: dict[str, Any]) -> bool:
+        """Create the JobSet the Trainer builds, through the API server (so the JobSet webhook
+        checks it). Refused: only a ``TrainJobResourcesCreationFailed`` event, as the Trainer's
+        reconciler emits (trainjob_controller.go); the TrainJob's status says nothing."""
+        js = build_jobset(tj, rt)
+        try:
+            self._retry(
+                self.custom.create_namespaced_custom_object,
+                "jobset.x-k8s.io",
+                "v1alpha2",
+                tj["metadata"]["namespace"],
+                "jobsets",
+                js,
+            )
+        except ApiException as e:
+            if e.status == 409:
+                return True  # resumed: the JobSet is still there
+            message = _api_message(e)
+            text = f"TrainJob resources reconciliation failed: {message[:950]}"
+            if len(message) > 950:
+                text += " ..."
+            self._event(tj, "Warning", "TrainJobResourcesCreationFailed", text)
+            return False
+        return True
+
+    def _delete_jobset(self, namespace: str, name: str) -> None:
+        try:
+            self._retry(
+                self.custom.delete_namespaced_custom_object,
+                "jobset.x-k8s.io",
+                "v1alpha2",
+                namespace,
+                "jobsets",
+                name,
+            )
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("deleting jobset %s: %s", name, e)
 
     def _plan_initializers(self, tj: dict[str, Any], cwd: Path) -> list[PodRun]:
         """A pod per ``spec.initializer`` entry (``dataset-initializer``, ``model-initializer``).
