@@ -22,6 +22,7 @@ from .constants import (
     CREATED_BY_VALUE,
     FRAMEWORK_ANNOTATION,
     GROUP,
+    MULTIKUEUE_MANAGER,
     QUEUE_LABEL,
     TRAINER_ANNOTATION,
     TRAINJOB_KIND,
@@ -196,10 +197,25 @@ def build_trainjob(
     if not job["spec"]["trainer"]:
         del job["spec"]["trainer"]
     if backend_name(backend) == KUBERNETES:
+        check_managed_by(job)
         check_child_names(job, runtime)
         check_patch_targets(job, runtime)
         check_initializers(job, runtime)
     return job
+
+
+def check_managed_by(job: Mapping[str, Any]) -> None:
+    """`ManagedBy(kueue.x-k8s.io/multikueue)` needs a Kueue queue: the Trainer skips such a job
+    (trainjob_controller.go), so without MultiKueue dispatching it nothing ever runs it."""
+    if (job.get("spec") or {}).get("managedBy") != MULTIKUEUE_MANAGER:
+        return
+    if QUEUE_LABEL not in ((job.get("metadata") or {}).get("labels") or {}):
+        raise OptionError(
+            f"ManagedBy({MULTIKUEUE_MANAGER}) hands the job to Kueue's MultiKueue, and the "
+            "Trainer on this cluster leaves it alone; without a Queue(...) option naming a queue "
+            "whose ClusterQueue dispatches to MultiKueue worker clusters, nothing would ever run "
+            "it. Add Queue('<local queue>'), or drop ManagedBy."
+        )
 
 
 def check_initializers(job: Mapping[str, Any], runtime: Runtime) -> None:

@@ -166,3 +166,79 @@ def test_trainer_webhook_refusal_says_what_to_fix(backend: Any) -> None:
         )
     assert "must not have envs for the dataset-initializer" in str(info.value)
     assert "Forbidden" not in str(info.value)
+
+
+# -- 10. the deadline ----------------------------------------------------------------------------
+
+
+def test_deadline_keeps_the_streamed_logs_and_says_the_deadline_ended_it(backend: Any) -> None:
+    from kf_jupyter.options import ActiveDeadlineSeconds
+
+    script = "echo started; echo line-2; sleep 120"
+    name = backend.train(
+        TorchTrainer(),
+        "torch-distributed",
+        options=[TrainerCommand(["bash", "-c", script]), ActiveDeadlineSeconds(8)],
+    )
+    lines = list(backend.get_job_logs(name, follow=True))  # ends when the pods are deleted
+    assert "started" in "".join(lines) and "line-2" in "".join(lines)
+    with pytest.raises(JobFailedError) as info:
+        backend.wait_for_job_status(name, timeout=120)
+    text = str(info.value)
+    assert "DeadlineExceeded" in text and "activeDeadlineSeconds=8" in text
+    assert "logs are gone" in text
+    assert backend.get_job(name).steps == []  # the pods are gone, as on a cluster
+
+
+# -- 9. Kueue ------------------------------------------------------------------------------------
+
+
+def _until(fn: Any, seconds: float, what: str) -> Any:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_an_admitted_queued_job_is_not_suspended_behind_kueues_back(
+    backend: Any, k8s_standin: Any
+) -> None:
+    from kf_jupyter.errors import JobStateError
+
+    name = backend.train(
+        TorchTrainer(),
+        "torch-distributed",
+        options=[Queue("fidelity-q"), TrainerCommand(["bash", "-c", "echo up; sleep 60"])],
+    )
+    backend.wait_for_job_status(name, {"Running"}, timeout=120)
+    with pytest.raises(JobStateError) as info:
+        backend.suspend_job(name)
+    assert "Kueue" in str(info.value) and "active" in str(info.value)
+    assert backend.get_job(name).status == "Running"
+    # Kueue preempts it: suspended by Kueue, so Created / Queued, never Suspended
+    k8s_standin.kueue_held.add("fidelity-q")
+    k8s_standin.kueue_preempt(backend.namespace, name)
+    job = _until(lambda: (j := backend.get_job(name)).reason == "Queued" and j, 60, "Queued")
+    assert job.status == CREATED
+    k8s_standin.kueue_release("fidelity-q")
+    backend.wait_for_job_status(name, {"Running"}, timeout=120)
+    backend.delete_job(name)
+
+
+def test_multikueue_needs_a_queue_and_says_where_the_pods_run(backend: Any) -> None:
+    from kf_jupyter.errors import JobStateError
+    from kf_jupyter.options import ManagedBy
+
+    trainer, cmd = TorchTrainer(), TrainerCommand(["true"])
+    mk = ManagedBy("kueue.x-k8s.io/multikueue")
+    with pytest.raises(OptionError, match="Queue"):
+        backend.dry_run(trainer, "torch-distributed", options=[mk, cmd])
+    name = backend.train(trainer, "torch-distributed", options=[mk, cmd, Queue("mk-q")])
+    job = backend.get_job(name)
+    assert job.status == CREATED and job.reason == "MultiKueue"
+    assert "worker cluster" in job.message
+    with pytest.raises(JobStateError, match="worker cluster"):
+        list(backend.get_job_logs(name))

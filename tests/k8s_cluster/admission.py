@@ -202,6 +202,11 @@ class AdmissionServer:
             if ops:
                 resp["patchType"] = "JSONPatch"
                 resp["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+        elif path == "/mutate-trainjob-kueue":
+            ops = _kueue_default(obj)
+            if ops:
+                resp["patchType"] = "JSONPatch"
+                resp["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
         elif path == "/mutate-jobset":
             ops = []
             for i, rj in enumerate((obj.get("spec") or {}).get("replicatedJobs") or []):
@@ -298,6 +303,27 @@ class AdmissionServer:
                 if e.status != 404:
                     raise
         return trainer_model.trainer_errors(obj, old, runtime, active)
+
+
+def _kueue_default(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Kueue's TrainJob webhook Default (trainjob_webhook.go): a job with a queue label is
+    suspended until admitted, and gets Kueue's own (empty) runtime patch. (Real Kueue adds the
+    patch to every TrainJob of a namespace it manages; the harness only to queued ones.)"""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if "kueue.x-k8s.io/queue-name" not in labels:
+        return []
+    spec = obj.get("spec") or {}
+    ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/suspend", "value": True}]
+    patch = {"manager": "kueue.x-k8s.io/manager",
+             "trainingRuntimeSpec": {"template": {"spec": {}}}}  # fmt: skip
+    patches = spec.get("runtimePatches")
+    if any(p.get("manager") == patch["manager"] for p in patches or []):
+        return ops
+    if patches is None:
+        ops.append({"op": "add", "path": "/spec/runtimePatches", "value": [patch]})
+    else:
+        ops.append({"op": "add", "path": "/spec/runtimePatches/-", "value": patch})
+    return ops
 
 
 def _denied(message: str) -> dict[str, Any]:

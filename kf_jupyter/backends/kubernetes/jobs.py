@@ -16,6 +16,7 @@ from ...constants import (
     FRAMEWORK_ANNOTATION,
     GROUP,
     JOBSET_NAME_LABEL,
+    MULTIKUEUE_MANAGER,
     QUEUE_LABEL,
     SUSPENDED_BY_USER_ANNOTATION,
     TRAINJOB_PLURAL,
@@ -41,7 +42,7 @@ from .api import REQUEST_TIMEOUT
 from .errors import Where
 from .pods import POD_SELECTOR, newest_pods, pod_selector, pod_step
 from .runtimes import RuntimesMixin
-from .status import conditions, job_status, reconcile_failure
+from .status import DEADLINE_EXCEEDED, conditions, job_status, reconcile_failure
 from .watch import SYNC
 
 log = logging.getLogger("kf_jupyter.kubernetes")
@@ -141,6 +142,20 @@ class JobsMixin(RuntimesMixin):
         if status == CREATED and not reason and events:
             reason, message = reconcile_failure(obj, events) or (reason, message)
         failure = failure_from_pods(chosen) if status == FAILED else None
+        if spec.get("managedBy") == MULTIKUEUE_MANAGER and status == CREATED and not chosen:
+            reason = "MultiKueue"
+            message = (
+                f"{message + ' ' if message else ''}MultiKueue runs this job on a worker cluster: "
+                "its pods and logs are there, not on this cluster, which shows only the status "
+                "Kueue copies back."
+            )
+        if status == FAILED and reason == DEADLINE_EXCEEDED:
+            message = (
+                f"The job ran past its deadline (activeDeadlineSeconds="
+                f"{spec.get('activeDeadlineSeconds')}): the Trainer stopped it and deleted its "
+                "pods, so their logs are gone from the cluster; the output shown while it ran is "
+                "all there is. Give it more time with ActiveDeadlineSeconds(...)."
+            )
         if failure is not None:
             message = f"{failure_text(failure)}\n({message or reason})"
         completion = None
@@ -253,6 +268,14 @@ class JobsMixin(RuntimesMixin):
         meta = obj.get("metadata") or {}
         by_user = (meta.get("annotations") or {}).get(SUSPENDED_BY_USER_ANNOTATION) == "true"
         queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if suspend and queue and not by_user:
+            raise JobStateError(
+                f"TrainJob {name!r} runs under Kueue (queue {queue!r}): Kueue resumes a job it "
+                "has admitted when anyone else suspends it, so suspend_job would not hold. To "
+                "stop it and keep it, deactivate its Kueue Workload (kubectl patch workloads."
+                'kueue.x-k8s.io <workload> --type=merge -p \'{"spec":{"active":false}}\'), '
+                f"or delete it with client.delete_job({name!r})."
+            )
         if not suspend and queue and not by_user and (obj.get("spec") or {}).get("suspend"):
             raise JobStateError(
                 f"TrainJob {name!r} waits in Kueue queue {queue!r}: Kueue resumes it when it "

@@ -89,6 +89,9 @@ def suspension(obj: dict[str, Any]) -> tuple[str, str, str] | None:
     )
 
 
+#: The Failed reason when activeDeadlineSeconds ran out (the Trainer then deletes the JobSet).
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+
 #: Why a Created TrainJob will not start, when the Trainer says so only in an event.
 RECONCILE_FAILED = "TrainJobResourcesCreationFailed"
 
