@@ -305,7 +305,9 @@ class JobsMixin(RuntimesMixin):
         """Block until the job reaches one of `status`, following a watch (it never polls).
 
         Requests: one list and one watch (more only if the watch breaks or expires), and one
-        pod list at the end for the steps of the returned job. Callbacks run on each change of
+        pod list at the end for the steps of the returned job; while the job is Created, one
+        list and one watch of its events too (the Trainer reports a failed reconcile only there:
+        such an event ends the wait with `JobFailedError`). Callbacks run on each change of
         status (the jobs they get carry no steps; the returned one does).
         """
         wanted = set(status)
@@ -351,14 +353,17 @@ class JobsMixin(RuntimesMixin):
                     )
                 else:
                     obj = payload
-                if follower is None and CREATED not in wanted:
+                if not runtimes and self._needs_runtime(obj):
+                    runtimes = self._cached_runtimes()
+                job = self._to_trainjob(obj, None, runtimes)
+                # while it has not started, follow its events too (a list and a watch)
+                if follower is None and job.status == CREATED and CREATED not in wanted:
                     follower = threading.Thread(
                         target=follow_events, args=(obj,), name=f"kf-events-{name}", daemon=True
                     )
                     follower.start()
-                if not runtimes and self._needs_runtime(obj):
-                    runtimes = self._cached_runtimes()
-                job = self._to_trainjob(obj, None, runtimes)
+                elif follower is not None and job.status != CREATED:
+                    events.close()
                 if last is None or job.status != last.status:
                     for cb in callbacks or []:
                         cb(job)
