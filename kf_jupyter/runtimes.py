@@ -51,8 +51,10 @@ class Runtime:
     annotations: Mapping[str, str] = field(default_factory=dict)
     namespace: str | None = None
     trainer_job: str = "node"
+    #: The replicated jobs of the runtime's JobSet template (names and counts of what it creates).
     replicated_jobs: tuple[ReplicatedJob, ...] = ()
-    mpi_launcher_as_node: bool = False
+    #: MPI: `mlPolicy.mpi.runLauncherAsNode` (the launcher is a host of the world).
+    run_launcher_as_node: bool = False
 
     @classmethod
     def from_manifest(cls, obj: Mapping[str, Any]) -> Runtime:
@@ -82,9 +84,7 @@ class Runtime:
             namespace=meta.get("namespace"),
             trainer_job=trainer_job,
             replicated_jobs=_replicated_jobs(spec),
-            mpi_launcher_as_node=bool(isinstance(sub, Mapping) and sub.get("runLauncherAsNode"))
-            if policy == "mpi"
-            else False,
+            run_launcher_as_node=bool(isinstance(sub, Mapping) and sub.get("runLauncherAsNode")),
         )
 
     def pod_counts(self, num_nodes: int | None) -> dict[str, int]:
@@ -98,7 +98,7 @@ class Runtime:
                 count = self.num_nodes or 1
             if self.ml_policy == "mpi":
                 if rj.name == "node" and num_nodes is not None:
-                    count = max(num_nodes - 1, 1) if self.mpi_launcher_as_node else num_nodes
+                    count = max(num_nodes - 1, 1) if self.run_launcher_as_node else num_nodes
             elif rj.trainer and num_nodes is not None:
                 count = num_nodes
             out[rj.name] = count
