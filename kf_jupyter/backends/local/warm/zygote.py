@@ -96,6 +96,27 @@ def _kill_known(procs):
             os.kill(pid, signal.SIGKILL)
 
 
+def cuda_initialised():
+    """Why this process cannot fork a rank that uses a GPU (None: it can).
+
+    CUDA does not survive a fork: a child of a process that initialised it cannot use the
+    device. The pool only imports frameworks (none of them initialises CUDA on import), so
+    this holds unless a preloaded module did more; it is checked before every fork.
+    """
+    torch = sys.modules.get("torch")
+    with contextlib.suppress(Exception):
+        if torch is not None and torch.cuda.is_initialized():
+            return "torch initialised CUDA in the pool process"
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            maps = fh.read()
+    except OSError:
+        return None
+    if "/libcuda.so" in maps:
+        return "the CUDA driver (libcuda) is loaded in the pool process"
+    return None
+
+
 def _load_agent():
     here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location("kfj_warm_agent", os.path.join(here, "agent.py"))
@@ -285,6 +306,10 @@ class Zygote:
             why = self.agent.unsupported(header)
         except Exception as exc:  # a bug here must not take the pool down
             why = f"the warm path could not read the command ({exc!r})"
+        cuda = cuda_initialised()
+        if cuda and not why:
+            # Never fork then: the job starts cold (its events say why).
+            why = f"{cuda}, so a rank forked from it could not use a GPU"
         if why:
             _send(conn, {"warm": False, "why": why})
             for fd in fds:
