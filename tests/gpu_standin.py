@@ -7,12 +7,8 @@ backend makes, so discovery, the allocator and every rank's environment are test
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 SOURCE = Path(__file__).resolve().parent / "standins" / "nvidia_smi.py"
 
@@ -49,12 +45,4 @@ def install(folder: Path, n: int) -> StandinSMI:
     exe.chmod(0o755)
     smi = StandinSMI(folder)
     smi.set_devices(n)
-    return smi
-
-
-@pytest.fixture
-def standin_smi(tmp_path: Path, monkeypatch: Any) -> StandinSMI:
-    """The stand-in nvidia-smi first on PATH (4 devices; `set_devices` changes that)."""
-    smi = install(tmp_path / "standin-bin", 4)
-    monkeypatch.setenv("PATH", f"{smi.folder}{os.pathsep}{os.environ.get('PATH', '')}")
     return smi

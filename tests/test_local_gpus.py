@@ -32,7 +32,7 @@ from kf_jupyter.policies.resources import auto_procs_per_node, gpus_per_node, qu
 from kf_jupyter.runtimes import Runtime
 from kf_jupyter.types import COMPLETE, CREATED, FAILED, RUNNING, SUSPENDED
 
-from .gpu_standin import StandinSMI, standin_smi, uuid_of  # noqa: F401  (fixture)
+from .gpu_standin import StandinSMI, install, uuid_of
 from .test_local_support import assert_no_orphans, job_processes, wait_until
 from .test_warm import _wait_ready
 
@@ -40,7 +40,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def cold(tmp_path: Path, standin_smi: StandinSMI) -> TrainerClient:  # noqa: F811
+def standin_smi(tmp_path: Path, monkeypatch: Any) -> StandinSMI:
+    """The stand-in nvidia-smi first on PATH, reporting 4 devices (`set_devices` changes it)."""
+    smi = install(tmp_path / "standin-bin", 4)
+    monkeypatch.setenv("PATH", f"{smi.folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    return smi
+
+
+@pytest.fixture
+def cold(tmp_path: Path, standin_smi: StandinSMI) -> TrainerClient:
     """A local client (cold starts: plain functions need no framework) with the stand-in."""
     c = TrainerClient(LocalBackendConfig(state_dir=tmp_path / "state", warm=False))
     yield c
@@ -187,7 +195,7 @@ def test_a_job_without_gpus_sees_none_and_user_env_and_nccl_override(
 def test_torch_ranks_map_local_rank_to_their_nodes_devices_warm(
     tmp_path: Path,
     monkeypatch: Any,
-    standin_smi: StandinSMI,  # noqa: F811
+    standin_smi: StandinSMI,
 ) -> None:
     # prestart_pool keys its pool on the kernel's environment, a job's on its own, which has
     # TORCH_DIST_INIT_BARRIER=1: set it here so the prestarted pool is the job's.
@@ -258,7 +266,7 @@ def test_the_pool_refuses_to_fork_once_cuda_is_loaded(tmp_path: Path) -> None:
 
 def test_more_than_exist_is_refused_with_a_clear_error(
     cold: TrainerClient,
-    standin_smi: StandinSMI,  # noqa: F811
+    standin_smi: StandinSMI,
 ) -> None:
     with pytest.raises(ValidationError) as err:
         cold.train(jax(nodes=2, gpus=3))
@@ -327,7 +335,7 @@ def submit_elsewhere(client: TrainerClient, gpus: int) -> str:
 def test_a_job_waits_for_devices_another_kernels_job_holds(
     cold: TrainerClient,
     standin_smi: StandinSMI,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     standin_smi.set_devices(2)
     gate = tmp_path / "gate"
@@ -353,7 +361,7 @@ def test_a_job_waits_for_devices_another_kernels_job_holds(
 def test_devices_are_released_on_failure_cancel_delete_and_suspend(
     cold: TrainerClient,
     standin_smi: StandinSMI,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     standin_smi.set_devices(1)
     only = {uuid_of(0)}
@@ -412,7 +420,7 @@ def test_devices_are_released_on_failure_cancel_delete_and_suspend(
 def test_a_crashed_supervisors_devices_come_back_once_its_ranks_are_gone(
     cold: TrainerClient,
     standin_smi: StandinSMI,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     standin_smi.set_devices(2)
     a = cold.train(jax(tmp_path / "never", nodes=2, gpus=1))
@@ -438,7 +446,7 @@ def test_a_crashed_supervisors_devices_come_back_once_its_ranks_are_gone(
 @pytest.mark.slow
 def test_the_allocator_never_gives_a_device_twice_under_concurrent_jobs(
     cold: TrainerClient,
-    standin_smi: StandinSMI,  # noqa: F811
+    standin_smi: StandinSMI,
 ) -> None:
     """Six 1-GPU jobs submitted at once from three processes (kernels) on 3 devices: no two
     jobs' ranks ever ran on one device at the same time, and every job completes."""
@@ -470,3 +478,45 @@ def test_the_allocator_never_gives_a_device_twice_under_concurrent_jobs(
     waited = [n for n in names if any(e.reason == "WaitingForGPUs" for e in cold.get_job_events(n))]
     assert waited  # 6 jobs of 3 s on 3 devices: some had to wait
     assert held(cold) == {}
+
+
+def test_the_monitor_shows_each_nodes_devices_with_usage(
+    cold: TrainerClient,
+    standin_smi: StandinSMI,
+    tmp_path: Path,
+) -> None:
+    from kf_jupyter.widgets.monitor import JobMonitor
+
+    gate = tmp_path / "gate"
+    name = cold.train(jax(gate, nodes=2, gpus=1))
+    wait_until(lambda: status_of(cold, name) == RUNNING, what="running")
+    usage = cold.backend.gpu_usage(name)
+    assert usage[uuid_of(1)] == {
+        "node": "node-1",
+        "index": 1,
+        "utilization": 17.0,  # what the stand-in reports for device 1
+        "memory_used_mib": 200.0,
+        "memory_total_mib": 81920.0,
+    }
+    monitor = JobMonitor(cold, name, poll_status=True, records=[])
+    monitor._poll()
+    shown = monitor.gpus.value
+    assert "<b>node-0</b>: <span" in shown and "GPU 0 7% · 100 MiB / 80.0 GiB" in shown
+    assert "<b>node-1</b>" in shown and "GPU 1 17% · 200 MiB / 80.0 GiB" in shown
+    assert monitor.gpus.layout.display == ""
+    gate.write_text("")
+    cold.wait_for_job_status(name, timeout=120)
+    monitor._poll()
+    assert "GPU 0</span>" in monitor.gpus.value and "%" not in monitor.gpus.value  # no usage
+    assert cold.backend.gpu_usage(name) == {}
+    monitor.close()
+
+
+def test_mig_slices_are_refused_locally(cold: TrainerClient) -> None:
+    with pytest.raises(ValidationError, match=r"MIG slices \(nvidia.com/mig-1g.5gb\)"):
+        cold.train(
+            JAXTrainer(
+                func=report, initialize_distributed=False, resources_per_node={"mig-1g.5gb": 1}
+            )
+        )
+    assert cold.list_jobs() == []

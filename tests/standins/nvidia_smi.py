@@ -29,7 +29,9 @@ def main(argv):
         if arg.startswith("--query-gpu="):
             fields = arg.split("=", 1)[1].split(",")
     if fields is None or "--format=csv,noheader,nounits" not in argv:
-        sys.stderr.write("stand-in nvidia-smi: only --query-gpu=... --format=csv,noheader,nounits\n")
+        sys.stderr.write(
+            "stand-in nvidia-smi: only --query-gpu=... --format=csv,noheader,nounits\n"
+        )
         return 2
     for dev in conf["devices"]:
         i = dev["index"]

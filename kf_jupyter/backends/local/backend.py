@@ -230,6 +230,19 @@ class LocalBackend:
             return {p.name: k * plan.shape.num_nodes for p in plan.processes}
         return {p.name: k for p in plan.processes}
 
+    @staticmethod
+    def _check_mig(manifest: dict[str, Any]) -> None:
+        limits = ((manifest["spec"].get("trainer") or {}).get("resourcesPerNode") or {}).get(
+            "limits"
+        ) or {}
+        mig = sorted(k for k in limits if k.startswith("nvidia.com/mig-"))
+        if mig:
+            raise ValidationError(
+                f"The job asks for MIG slices ({', '.join(mig)}), which the local backend does "
+                "not hand out (it gives whole GPUs: resources_per_node={'gpu': k}). Ask for "
+                "whole GPUs to run it here, or run it on a cluster."
+            )
+
     def gpu_inventory(self, plan: LaunchPlan) -> list[dict[str, Any]]:
         """This machine's GPUs for a job that asks for some (nvidia-smi); ValidationError when
         it asks for more than there are, or there are none."""
@@ -355,6 +368,7 @@ class LocalBackend:
         manifest, plan, rt, _ = self._prepare(trainer, runtime, runtime_config, options)
         name = manifest["metadata"]["name"]
         self._check_secrets(plan)
+        self._check_mig(manifest)
         inventory = self.gpu_inventory(plan) if self.gpu_requests(plan) else []
         cwd = self._cwd()
         if not os.path.isdir(cwd):

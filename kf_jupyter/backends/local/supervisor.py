@@ -21,6 +21,9 @@ the files alone.
 - A full disk: a few KiB are set aside (`.reserve`) when the job starts; if the job folder's
   filesystem fills up (a rank fails while it is full, or one of our own writes gets ENOSPC), the
   processes are stopped, the reserve is released and the job ends Failed / LogWriteFailed.
+- GPUs (spawn.json `gpus`): before starting the processes it takes each node's devices from the
+  store-wide allocator (gpus.py), waiting as Created / WaitingForGPUs while too few are free, and
+  gives them back on suspend and whenever it exits.
 - If the supervisor itself fails unexpectedly it still stops the job's processes; if the job
   folder is removed under it (checked every second), it stops them too.
 """
