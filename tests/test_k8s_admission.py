@@ -234,3 +234,30 @@ def test_too_long_for_the_jobset_webhook_only_an_event(
     assert not (tj.get("status") or {}).get("conditions")
     pods = core.list_namespaced_pod(k8s_namespace).items
     assert pods == []
+
+
+def test_numprocpernode_auto_uses_the_runtimes_resources(
+    custom: Any, k8s_namespace: str, k8s_standin: Any, k8s_cluster: Any
+) -> None:
+    """torch.go EnforceMLPolicy: without the job's resources, the runtime's node container's
+    CPU request sets PET_NPROC_PER_NODE (max(1, CPU)); a resource named *gpu* makes it auto."""
+    from kubernetes import client
+
+    rt = copy.deepcopy(_runtime("torch-distributed"))
+    rt["kind"] = "TrainingRuntime"
+    rt["metadata"] = {"name": "torch-3cpu"}
+    pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "3"}}
+    custom.create_namespaced_custom_object(G, V, k8s_namespace, "trainingruntimes", rt)
+    tj = _tj("auto-nproc", trainer={"command": ["true"]})
+    tj["spec"]["runtimeRef"] = {"name": "torch-3cpu", "kind": "TrainingRuntime"}
+    custom.create_namespaced_custom_object(G, V, k8s_namespace, "trainjobs", tj)
+    core = client.CoreV1Api(k8s_cluster.api_client())
+    deadline = time.monotonic() + 60
+    pods: list[Any] = []
+    while time.monotonic() < deadline and not pods:
+        pods = core.list_namespaced_pod(k8s_namespace).items
+        time.sleep(0.3)
+    assert pods, "no pod"
+    env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+    assert env["PET_NPROC_PER_NODE"] == "3"

@@ -91,6 +91,7 @@ STATUS_SERVICE = "https://kubeflow-trainer-controller-manager.kubeflow-system.sv
 STATUS_MOUNT = "/var/run/secrets/kubeflow/trainer"
 STATUS_MAX_BODY = 1 << 16
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 KUEUE_MANAGER = "kueue.x-k8s.io/manager"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 T = TypeVar("T")
@@ -489,7 +490,7 @@ class StandIn:
             if "torch" in policy:
                 nproc = trainer.get("numProcPerNode")
                 if nproc is None:
-                    res = trainer.get("resourcesPerNode") or {}
+                    res = trainer.get("resourcesPerNode") or _runtime_node_resources(rt)
                     if _gpus(res):
                         nproc = "auto"
                     else:
@@ -508,7 +509,8 @@ class StandIn:
                     ("JAX_COORDINATOR_ADDRESS", f"{master}:{MASTER_PORT}"),
                 ]
             if "xgboost" in policy:
-                gpus = _gpus(trainer.get("resourcesPerNode") or {}) or 1
+                res = trainer.get("resourcesPerNode") or _runtime_node_resources(rt)
+                gpus = _gpus(res) or 1
                 return [
                     ("DMLC_TRACKER_URI", master),
                     ("DMLC_TRACKER_PORT", str(MASTER_PORT)),
@@ -1281,11 +1283,29 @@ def _cpu(resources: dict[str, Any]) -> float:
 
 
 def _gpus(resources: dict[str, Any]) -> int:
-    for part in ("limits", "requests"):
-        q = (resources.get(part) or {}).get("nvidia.com/gpu")
-        if q is not None:
-            return int(q)
+    """GPUs per node as the Trainer counts them (runtime.go GetNumGPUPerNode): the first
+    resource whose name contains "gpu", requests before limits."""
+    for part in ("requests", "limits"):
+        for key, q in (resources.get(part) or {}).items():
+            if "gpu" in str(key).lower() and q is not None:
+                n = math.ceil(float(str(q)))
+                if n:
+                    return n
     return 0
+
+
+def _runtime_node_resources(rt: dict[str, Any]) -> dict[str, Any]:
+    """The `node` container's resources in the runtime's trainer step (runtime.go
+    ExtractResourcePerNodeFromRuntime): what numProcPerNode `auto` uses without the job's."""
+    for rj in rt["spec"]["template"]["spec"].get("replicatedJobs") or []:
+        labels = ((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if rj.get("name") != "node" and labels.get(ANCESTOR) != "trainer":
+            continue
+        pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
+        for c in (pod or {}).get("containers") or []:
+            if c.get("name") == "node" and c.get("resources"):
+                return dict(c["resources"])
+    return {}
 
 
 def _patch_pod_volumes(
