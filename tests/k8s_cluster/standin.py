@@ -629,12 +629,20 @@ class StandIn:
         except ApiException as e:
             if e.status != 404:
                 raise
+            # (the runtime was deleted after the webhook let the job in) as the Trainer reports
+            # any failed reconcile: one event, the client's error text
             ref = tj["spec"]["runtimeRef"]
+            plural = (
+                "trainingruntimes"
+                if ref.get("kind") == "TrainingRuntime"
+                else "clustertrainingruntimes"
+            )
             self._event(
                 tj,
                 "Warning",
-                "TrainingRuntimeNotFound",
-                f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']} not found",
+                "TrainJobResourcesCreationFailed",
+                "TrainJob resources reconciliation failed: "
+                f'{plural}.trainer.kubeflow.org "{ref["name"]}" not found',
             )
             return
         if not self._apply_jobset(tj, rt):
