@@ -28,6 +28,7 @@ TORCH_WORKER_GRACE = 30.0  # torchrun's _shutdown timeout for its workers
 EXIT_BARRIER_SECONDS = 300.0  # torchrun's exit_barrier_timeout
 EXIT_KEY = "kf-jupyter/warm/exit"
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
@@ -76,6 +77,9 @@ def parse_torchrun(args):
 
 def unsupported(header):
     """Why this launch must run cold (None: it can run warm)."""
+    why = _limits_why(header.get("rlimits"))
+    if why:
+        return why
     mode = header.get("mode")
     argv = list(header.get("argv") or [])
     env = header.get("env") or {}
@@ -102,6 +106,38 @@ def unsupported(header):
     return None
 
 
+def _limits_why(rlimits):
+    """Why the launcher's resource limits cannot be given to a forked child ('' if they can):
+    a hard limit above the pool's own cannot be raised without privilege."""
+    import resource
+
+    for name, pair in (rlimits or {}).items():
+        which = getattr(resource, name, None)
+        if which is None or not isinstance(pair, list) or len(pair) != 2:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            hard = resource.getrlimit(which)[1]
+            want = pair[1]
+            inf = resource.RLIM_INFINITY
+            if hard != inf and (want == inf or want > hard) and os.geteuid() != 0:
+                return f"the job's {name} hard limit ({want}) is above the pool's ({hard})"
+    return ""
+
+
+def _apply_limits(rlimits, affinity):
+    """The launcher's resource limits and CPU affinity, as a cold rank inherits them."""
+    import resource
+
+    for name, pair in (rlimits or {}).items():
+        which = getattr(resource, name, None)
+        if which is not None and isinstance(pair, list) and len(pair) == 2:
+            with contextlib.suppress(OSError, ValueError):
+                resource.setrlimit(which, (pair[0], pair[1]))
+    if affinity:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.sched_setaffinity(0, affinity)
+
+
 # ----------------------------------------------------------------------------- the child
 
 
@@ -124,6 +160,16 @@ def _pdeathsig():
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _subreaper():
+    """Orphans below the node (a daemon a rank double-forked) are re-parented to the node, not to
+    the pool: while the node lives they stay in its tree; when it ends they reach the pool as its
+    only children that are not nodes, and the pool stops them (zygote.py `_sweep_orphans`)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _reset_signals():
@@ -182,6 +228,8 @@ def child_main(header, fds):
     _reset_signals()
     os.setsid()
     _pdeathsig()
+    _subreaper()
+    _apply_limits(header.get("rlimits"), header.get("affinity"))
     for target, fd in zip((0, 1, 2), fds):
         if fd != target:
             os.dup2(fd, target)
@@ -195,7 +243,8 @@ def child_main(header, fds):
     argv = list(header["argv"])
     if header["mode"] == "python":
         _wait_for_rank0_service(os.environ)
-        return run_script(argv[1:], python=argv[0])
+        # `python3 SCRIPT` (unbuffered through PYTHONUNBUFFERED, as the job's env has it): no -u
+        return run_script(argv[1:], python=argv[0], unbuffered=False)
     return run_torchrun(argv[1:])
 
 
@@ -426,6 +475,7 @@ def run_torchrun(args):
             pid = os.fork()
             if pid == 0:
                 try:
+                    os.setsid()  # one session and process group per rank, as torchrun gives
                     _reset_signals()
                     _pdeathsig()
                     _set_environ(wenv)

@@ -84,6 +84,28 @@ def _record(env, warm, message, extra):
         pass
 
 
+def _rlimits():
+    """This launcher's resource limits (the kernel's, through the supervisor): a warm node gets
+    them, as a cold one inherits them."""
+    import resource
+
+    out = {}
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            try:
+                out[name] = list(resource.getrlimit(getattr(resource, name)))
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def _affinity():
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (OSError, AttributeError):
+        return None
+
+
 def _cold(program, args, env, path, why):
     real = _which(program, path)
     if real is None:
@@ -145,8 +167,9 @@ def main(argv):
     umask = os.umask(0o077)
     os.umask(umask)
     header = json.dumps(
-        {"mode": mode, "argv": [program, *args], "env": env, "cwd": os.getcwd(), "umask": umask}
-    ).encode("utf-8")
+        {"mode": mode, "argv": [program, *args], "env": env, "cwd": os.getcwd(), "umask": umask,
+         "rlimits": _rlimits(), "affinity": _affinity()}
+    ).encode("utf-8")  # fmt: skip
     fds = [0, 1, 2]
     try:
         conn.sendmsg(

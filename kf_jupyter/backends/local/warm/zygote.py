@@ -80,6 +80,27 @@ def _adopted_of(node_tag, known_nodes):
     return out
 
 
+def _children_of(pid):
+    """{pid: ppid} of every process whose parent is `pid` or below it (from /proc: forked-only
+    processes carry the pool's environment, so no lookup by the job's environment sees them)."""
+    parents = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    with open(f"/proc/{name}/stat", "rb") as fh:
+                        data = fh.read()
+                    parents[int(name)] = int(data[data.rindex(b")") + 2 :].split()[1])
+    below, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in below:
+                below[child] = ppid
+                todo.append(child)
+    return below
+
+
 def _kill_known(procs):
     try:
         import psutil
@@ -246,6 +267,7 @@ class Zygote:
         os.replace(tmp, self.sock_path)
         self._write_meta("ready")
         wake_r, wake_w = os.pipe()
+        self.wake = (wake_r, wake_w)  # closed in every forked node
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
@@ -328,6 +350,10 @@ class Zygote:
         if pid == 0:
             try:
                 keep = {conn.fileno(), *fds}
+                signal.set_wakeup_fd(-1)
+                for fd in self.wake:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 self.listener.close()
                 for c in list(self.conns):
                     if c.fileno() not in keep:
@@ -386,6 +412,7 @@ class Zygote:
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue  # an orphan re-parented to us, now reaped
+            self._sweep_orphans()
             self.last_active = time.monotonic()
             # Whatever the node left behind (its session, children in sessions of their own)
             # goes with it, as the supervisor stops what a cold job leaves.
@@ -395,6 +422,21 @@ class Zygote:
                 _send(conn, {"exit": code})
                 self.conns.pop(conn, None)
                 conn.close()
+
+    def _sweep_orphans(self):
+        """Stop every child of the pool that is not a node, with what is below it. Each node is
+        a child subreaper (agent.py), so a process reaches the pool only when the node it was
+        under has ended: it is what that node left (a double-forked daemon), as a cold job's
+        supervisor stops what its nodes leave."""
+        below = _children_of(os.getpid())
+        mine = os.getpid()
+        for pid, ppid in below.items():
+            if ppid == mine and pid not in self.children:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                for grand, _ in _children_of(pid).items():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(grand, signal.SIGKILL)
 
     def _kill_node(self, pid):
         known = self.trees.pop(pid, {})
