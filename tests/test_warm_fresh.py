@@ -17,7 +17,7 @@ from kf_jupyter import JAXTrainer, TorchTrainer
 from kf_jupyter.options import Warm
 
 from .test_local_support import client_fixture  # noqa: F401
-from .test_warm import _wait_ready
+from .test_warm_orphans import warm_up
 
 
 def describe(out_dir: str) -> str:
@@ -73,8 +73,11 @@ SHAPES = {
 def test_warm_ranks_get_the_kernels_limits_and_affinity_and_nothing_of_the_pool(
     client: Any, tmp_path: Path, shape: str
 ) -> None:
-    framework, make = SHAPES[shape]
-    _wait_ready(client, framework)  # the pool starts with the kernel's limits of this moment
+    _, make = SHAPES[shape]
+    (tmp_path / "first").mkdir()
+    warm_up(client, make(str(tmp_path / "first")))  # the pool starts with the limits of now
+    for leftover in (tmp_path / "first").glob("*.json"):
+        leftover.unlink()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     core = resource.getrlimit(resource.RLIMIT_CORE)
     cpus = os.sched_getaffinity(0)

@@ -18,7 +18,6 @@ from kf_jupyter import JAXTrainer, TorchTrainer
 from kf_jupyter.options import Warm
 
 from .test_local_support import assert_no_orphans, client_fixture  # noqa: F401
-from .test_warm import _wait_ready
 
 
 def spawn_daemon(pid_file: str) -> str:
@@ -82,8 +81,6 @@ def _gone(pid: int, timeout: float = 30.0) -> bool:
 def test_a_double_forked_daemon_does_not_outlive_the_job(
     client: Any, tmp_path: Path, framework: str, warm: bool
 ) -> None:
-    if warm:
-        _wait_ready(client, framework)
     pid_file = tmp_path / "daemon.pid"
     if framework == "jax":
         trainer: Any = JAXTrainer(
@@ -93,6 +90,9 @@ def test_a_double_forked_daemon_does_not_outlive_the_job(
         trainer = TorchTrainer(
             func=torch_daemon, func_args={"pid_file": str(pid_file)}, num_proc_per_node=2
         )
+    if warm:
+        warm_up(client, trainer)
+        pid_file.unlink()
     name = client.train(trainer, options=[] if warm else [Warm(False)])
     job = client.wait_for_job_status(name, timeout=180)
     assert job.warm is warm
@@ -106,3 +106,22 @@ def test_a_double_forked_daemon_does_not_outlive_the_job(
         except psutil.NoSuchProcess:
             pass
     assert_no_orphans(name)
+
+
+def warm_up(client: Any, trainer: Any) -> None:
+    """Start the pool a job like `trainer` uses (by running one) and wait until it is ready.
+    (`prestart_pool` keys a torch pool without the job's TORCH_* variables, so the job would
+    start cold beside it.)"""
+    import time as _time
+
+    from kf_jupyter.backends.local.warm import pool as warm_pool
+
+    name = client.train(trainer)
+    client.wait_for_job_status(name, timeout=300)
+    end = _time.monotonic() + 120
+    while _time.monotonic() < end:
+        pools = [p for p in warm_pool.list_pools(client.backend.state_dir) if p.get("alive")]
+        if pools and all(p.get("state") == "ready" for p in pools):
+            return
+        _time.sleep(0.1)
+    raise AssertionError("the warm pool did not become ready in 120 s")
