@@ -40,6 +40,13 @@ class Runtime:
     annotations: Mapping[str, str] = field(default_factory=dict)
     namespace: str | None = None
     trainer_job: str = "node"
+    #: The `node` container's resources in the runtime template (`{"requests", "limits"}`):
+    #: what numProcPerNode `auto` and the GPU count use when the job sets no resources.
+    node_resources: Mapping[str, Any] = field(default_factory=dict)
+    #: MPI: `mlPolicy.mpi.runLauncherAsNode` (the launcher is a host of the world).
+    run_launcher_as_node: bool = False
+    #: MPI: the runtime lists `launcher` before `node` (its line comes first in the hostfile).
+    launcher_first: bool = False
 
     @classmethod
     def from_manifest(cls, obj: Mapping[str, Any]) -> Runtime:
@@ -55,6 +62,7 @@ class Runtime:
         if isinstance(sub, Mapping) and isinstance(sub.get("numProcPerNode"), int):
             nproc = sub["numProcPerNode"]
         image, trainer_job = _trainer_image(spec)
+        jobs = _replicated_job_names(spec)
         return cls(
             name=meta.get("name", ""),
             kind=obj.get("kind") or CLUSTER_RUNTIME_KIND,
@@ -68,6 +76,11 @@ class Runtime:
             annotations=annotations,
             namespace=meta.get("namespace"),
             trainer_job=trainer_job,
+            node_resources=_node_resources(spec),
+            run_launcher_as_node=bool(isinstance(sub, Mapping) and sub.get("runLauncherAsNode")),
+            launcher_first="launcher" in jobs
+            and "node" in jobs
+            and jobs.index("launcher") < jobs.index("node"),
         )
 
     @property
@@ -94,6 +107,33 @@ class Runtime:
             "deprecated": self.deprecated,
             "namespace": self.namespace,
         }
+
+
+def _replicated_job_names(spec: Mapping[str, Any]) -> list[str]:
+    jobs = (((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs")) or []
+    return [str(rj.get("name", "")) for rj in jobs if isinstance(rj, Mapping)]
+
+
+def _node_resources(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The first `node` container's resources of the job named node or marked as the trainer
+    step (ExtractResourcePerNodeFromRuntime, pkg/runtime/runtime.go:254-277)."""
+    jobs = (((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs")) or []
+    for rj in jobs:
+        if not isinstance(rj, Mapping):
+            continue
+        tmpl = rj.get("template") or {}
+        labels = (tmpl.get("metadata") or {}).get("labels") or {}
+        if rj.get("name") != "node" and labels.get(ANCESTOR_LABEL) != "trainer":
+            continue
+        pod = ((tmpl.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for c in pod.get("containers") or []:
+            if c.get("name") == "node" and c.get("resources") is not None:
+                res = c["resources"]
+                return {
+                    "requests": dict(res.get("requests") or {}),
+                    "limits": dict(res.get("limits") or {}),
+                }
+    return {}
 
 
 def _trainer_image(spec: Mapping[str, Any]) -> tuple[str | None, str]:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from .base import JobShape, Payload, Policy, ProcessSpec
+from .base import (
+    JobShape,
+    Payload,
+    Policy,
+    ProcessSpec,
+    Procs,
+    auto_procs_per_node,
+    cpus_per_node,
+    gpus_per_node,
+)
 from .jax import JaxPolicy
 from .mpi import MPIPolicy
 from .plain import PlainPolicy
@@ -36,6 +45,10 @@ __all__ = [
     "Payload",
     "Policy",
     "ProcessSpec",
+    "Procs",
+    "auto_procs_per_node",
+    "cpus_per_node",
     "get_policy",
+    "gpus_per_node",
     "reserved_env",
 ]

@@ -113,6 +113,9 @@ def _local_copy(rt: Runtime, extra_jobs: tuple[str, ...]) -> Runtime:
         labels=dict(rt.labels),
         annotations=annotations,
         trainer_job=rt.trainer_job,
+        node_resources=dict(rt.node_resources),
+        run_launcher_as_node=rt.run_launcher_as_node,
+        launcher_first=rt.launcher_first,
     )
 
 
@@ -144,6 +147,8 @@ def builtin() -> tuple[Runtime, ...]:
             num_proc_per_node=nproc,
             labels={FRAMEWORK_LABEL: framework},
             trainer_job="launcher" if policy == "mpi" else "node",
+            # the default MPI runtimes list node, then launcher, and run the launcher as a node
+            run_launcher_as_node=policy == "mpi",
         )
         out.append(_local_copy(rt, extra))
     return tuple(out)
