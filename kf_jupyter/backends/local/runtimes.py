@@ -49,6 +49,13 @@ BUILTIN: tuple[tuple[str, str, str, int, int | None, tuple[str, ...]], ...] = (
     ("torchtune-qwen2.5-1.5b", "torchtune", "torch", 1, None, _INITIALIZER_JOBS),
 )
 
+#: The `node` container's resources in the default manifests (torchtune asks for 2 GPUs).
+_BUILTIN_RESOURCES: dict[str, dict[str, dict[str, Any]]] = {
+    name: {"requests": {}, "limits": {"nvidia.com/gpu": 2}}
+    for name, framework, *_ in BUILTIN
+    if framework == "torchtune"
+}
+
 #: The old local names and the runtime each now means.
 ALIASES: dict[str, str] = {
     "local-torch": "torch-distributed",
@@ -149,6 +156,7 @@ def builtin() -> tuple[Runtime, ...]:
             trainer_job="launcher" if policy == "mpi" else "node",
             # the default MPI runtimes list node, then launcher, and run the launcher as a node
             run_launcher_as_node=policy == "mpi",
+            node_resources=_BUILTIN_RESOURCES.get(name, {}),
         )
         out.append(_local_copy(rt, extra))
     return tuple(out)
