@@ -25,6 +25,17 @@ ML_POLICIES = ("torch", "mpi", "jax", "xgboost", "flux")
 
 
 @dataclass(frozen=True)
+class ReplicatedJob:
+    """One replicated job of a runtime's JobSet template: what names and counts depend on."""
+
+    name: str
+    trainer: bool = False  # labelled trainjob-ancestor-step: trainer
+    replicas: int = 1
+    parallelism: int = 1
+    containers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Runtime:
     """A TrainingRuntime or ClusterTrainingRuntime (or a backend's built-in equivalent)."""
 
@@ -40,11 +51,13 @@ class Runtime:
     annotations: Mapping[str, str] = field(default_factory=dict)
     namespace: str | None = None
     trainer_job: str = "node"
+    #: The replicated jobs of the runtime's JobSet template (names and counts of what it creates).
+    replicated_jobs: tuple[ReplicatedJob, ...] = ()
+    #: MPI: `mlPolicy.mpi.runLauncherAsNode` (the launcher is a host of the world).
+    run_launcher_as_node: bool = False
     #: The `node` container's resources in the runtime template (`{"requests", "limits"}`):
     #: what numProcPerNode `auto` and the GPU count use when the job sets no resources.
     node_resources: Mapping[str, Any] = field(default_factory=dict)
-    #: MPI: `mlPolicy.mpi.runLauncherAsNode` (the launcher is a host of the world).
-    run_launcher_as_node: bool = False
     #: MPI: the runtime lists `launcher` before `node` (its line comes first in the hostfile).
     launcher_first: bool = False
 
@@ -62,7 +75,8 @@ class Runtime:
         if isinstance(sub, Mapping) and isinstance(sub.get("numProcPerNode"), int):
             nproc = sub["numProcPerNode"]
         image, trainer_job = _trainer_image(spec)
-        jobs = _replicated_job_names(spec)
+        replicated = _replicated_jobs(spec)
+        jobs = [rj.name for rj in replicated]
         return cls(
             name=meta.get("name", ""),
             kind=obj.get("kind") or CLUSTER_RUNTIME_KIND,
@@ -76,12 +90,42 @@ class Runtime:
             annotations=annotations,
             namespace=meta.get("namespace"),
             trainer_job=trainer_job,
-            node_resources=_node_resources(spec),
+            replicated_jobs=replicated,
             run_launcher_as_node=bool(isinstance(sub, Mapping) and sub.get("runLauncherAsNode")),
+            node_resources=_node_resources(spec),
             launcher_first="launcher" in jobs
             and "node" in jobs
             and jobs.index("launcher") < jobs.index("node"),
         )
+
+    def pod_counts(self, num_nodes: int | None) -> dict[str, int]:
+        """Pods per replicated job for a job of `num_nodes` (None: the runtime's), as the
+        Trainer sizes them: the trainer step gets numNodes; on MPI the launcher keeps the
+        runtime's count and `node` gets numNodes (one less, at least 1, with runLauncherAsNode)."""
+        out: dict[str, int] = {}
+        for rj in self.replicated_jobs:
+            count = rj.parallelism
+            if rj.trainer:
+                count = self.num_nodes or 1
+            if self.ml_policy == "mpi":
+                if rj.name == "node" and num_nodes is not None:
+                    count = max(num_nodes - 1, 1) if self.run_launcher_as_node else num_nodes
+            elif rj.trainer and num_nodes is not None:
+                count = num_nodes
+            out[rj.name] = count
+        return out
+
+    def longest_child_suffix(self, num_nodes: int | None) -> tuple[str, str]:
+        """(replicated job, longest `-<job>-<i>-<j>-xxxxx` the JobSet adds to the job name for
+        its pods); ('', '') when the runtime's template is unknown."""
+        counts = self.pod_counts(num_nodes)
+        best = ("", "")
+        for rj in self.replicated_jobs:
+            replicas = 1 if rj.trainer else rj.replicas
+            suffix = f"-{rj.name}-{replicas - 1}-{counts[rj.name] - 1}-xxxxx"
+            if len(suffix) > len(best[1]):
+                best = (rj.name, suffix)
+        return best
 
     @property
     def is_default(self) -> bool:
@@ -109,9 +153,28 @@ class Runtime:
         }
 
 
-def _replicated_job_names(spec: Mapping[str, Any]) -> list[str]:
+def _replicated_jobs(spec: Mapping[str, Any]) -> tuple[ReplicatedJob, ...]:
     jobs = (((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs")) or []
-    return [str(rj.get("name", "")) for rj in jobs if isinstance(rj, Mapping)]
+    out = []
+    for rj in jobs:
+        if not isinstance(rj, Mapping) or not rj.get("name"):
+            continue
+        tmpl = rj.get("template") or {}
+        labels = (tmpl.get("metadata") or {}).get("labels") or {}
+        job_spec = tmpl.get("spec") or {}
+        pod = (job_spec.get("template") or {}).get("spec") or {}
+        names = [c.get("name", "") for c in (pod.get("initContainers") or [])]
+        names += [c.get("name", "") for c in (pod.get("containers") or [])]
+        out.append(
+            ReplicatedJob(
+                name=str(rj["name"]),
+                trainer=labels.get(ANCESTOR_LABEL) == "trainer",
+                replicas=int(rj.get("replicas") or 1),
+                parallelism=int(job_spec.get("parallelism") or 1),
+                containers=tuple(str(n) for n in names),
+            )
+        )
+    return tuple(out)
 
 
 def _node_resources(spec: Mapping[str, Any]) -> dict[str, Any]:

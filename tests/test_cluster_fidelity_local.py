@@ -24,7 +24,7 @@ import pytest
 from kf_jupyter import JAXTrainer, MPITrainer, RuntimeConfig, TorchTrainer, XGBoostTrainer
 from kf_jupyter.backends.local.runtimes import builtin
 from kf_jupyter.build import build_launch_plan, build_trainjob, job_shape
-from kf_jupyter.policies import auto_procs_per_node, get_policy, gpus_per_node
+from kf_jupyter.policies import auto_procs, get_policy, gpus_per_node
 from kf_jupyter.runtimes import Runtime
 
 from .test_local_support import assert_no_orphans, client_fixture  # noqa: F401
@@ -68,7 +68,7 @@ def test_auto_is_one_per_node_without_gpu_or_cpu_request_and_never_the_local_cpu
     ],
 )
 def test_auto_rule(resources, count, env) -> None:
-    procs = auto_procs_per_node(resources)
+    procs = auto_procs(resources)
     assert (procs.count, procs.env) == (count, env)
 
 

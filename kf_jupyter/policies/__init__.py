@@ -8,13 +8,12 @@ from .base import (
     Policy,
     ProcessSpec,
     Procs,
-    auto_procs_per_node,
-    cpus_per_node,
-    gpus_per_node,
+    auto_procs,
 )
 from .jax import JaxPolicy
 from .mpi import MPIPolicy
 from .plain import PlainPolicy
+from .resources import auto_procs_per_node, cpus_per_node, gpus_per_node
 from .torch import TorchPolicy
 from .xgboost import XGBoostPolicy
 
@@ -46,6 +45,7 @@ __all__ = [
     "Policy",
     "ProcessSpec",
     "Procs",
+    "auto_procs",
     "auto_procs_per_node",
     "cpus_per_node",
     "get_policy",

@@ -9,80 +9,13 @@ Mirrors the Trainer's EnforceMLPolicy plugins (see docs/architecture.md). A poli
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, ClassVar
 
 from .. import own_setup, program
 from ..constants import DEFAULT_MASTER_PORT
-
-_SUFFIXES: dict[str, Fraction] = {
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-
-
-def quantity_value(quantity: object) -> int:
-    """A Kubernetes quantity as a whole number rounded up, as `resource.Quantity.Value()` gives
-    it ("500m" -> 1, "2" -> 2, "1.5" -> 2); 0 for anything unreadable."""
-    text = str(quantity).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if text.endswith(suffix) and not text.endswith("e" + suffix):
-            number, scale = text[: -len(suffix)], _SUFFIXES[suffix]
-            break
-    else:
-        number, scale = text, Fraction(1)
-    try:
-        value = Fraction(number) * scale if "e" not in number.lower() else Fraction(float(number))
-    except (ValueError, ZeroDivisionError):
-        return 0
-    return max(0, math.ceil(value))
-
-
-def as_requirements(resources: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """`{"requests": ..., "limits": ...}` from either that form or a flat name -> quantity map
-    (a trainer's `resources()`, which the TrainJob sends as both requests and limits)."""
-    resources = dict(resources or {})
-    if set(resources) <= {"requests", "limits", "claims"}:
-        return {
-            "requests": dict(resources.get("requests") or {}),
-            "limits": dict(resources.get("limits") or {}),
-        }
-    return {"requests": dict(resources), "limits": dict(resources)}
-
-
-def _gpus_in(resource_list: Mapping[str, Any]) -> int:
-    for name, quantity in resource_list.items():
-        if "gpu" in str(name).lower():
-            return quantity_value(quantity)
-    return 0
-
-
-def gpus_per_node(resources: Mapping[str, Any] | None) -> int:
-    """GPUs per node as the Trainer counts them: the first resource whose name contains "gpu"
-    (any vendor), from the requests, else from the limits (pkg/runtime/runtime.go:280)."""
-    req = as_requirements(resources)
-    return _gpus_in(req["requests"]) or _gpus_in(req["limits"])
-
-
-def cpus_per_node(resources: Mapping[str, Any] | None) -> int:
-    """The CPU request rounded up, else the CPU limit, else 0 (torch.go:228 getNumCPUPerNode)."""
-    req = as_requirements(resources)
-    request = quantity_value(req["requests"].get("cpu", 0))
-    return request or quantity_value(req["limits"].get("cpu", 0))
+from .resources import auto_procs_per_node, cpus_per_node, gpus_per_node
 
 
 @dataclass(frozen=True)
@@ -96,22 +29,18 @@ class Procs:
     reason: str
 
 
-def auto_procs_per_node(resources: Mapping[str, Any] | None) -> Procs:
-    """`numProcPerNode: auto`, the one rule both backends follow (torch.go:121-135): one process
-    per GPU when GPUs are requested, else max(1, CPU request rounded up).
-
-    `resources` are the TrainJob's `resourcesPerNode`, or the runtime's node container's when
-    the job sets none. A local run starts exactly this many, never one per local CPU.
-    """
+def auto_procs(resources: Mapping[str, Any] | None) -> Procs:
+    """`numProcPerNode: auto` with the reason in words (resources.auto_procs_per_node, the one
+    rule both backends follow). A local run starts exactly this many, never one per local CPU."""
+    count = auto_procs_per_node(resources)
     gpus = gpus_per_node(resources)
     if gpus:
-        return Procs(gpus, "auto", f"numProcPerNode auto: one per GPU ({gpus} GPUs per node)")
-    cpus = cpus_per_node(resources)
-    if cpus:
-        why = f"numProcPerNode auto: no GPU, so max(1, CPU request rounded up) = {max(1, cpus)}"
+        return Procs(count, "auto", f"numProcPerNode auto: one per GPU ({gpus} GPUs per node)")
+    if cpus_per_node(resources):
+        why = f"numProcPerNode auto: no GPU, so max(1, CPU request rounded up) = {count}"
     else:
         why = "numProcPerNode auto: no GPU and no CPU request, so 1"
-    return Procs(max(1, cpus), str(max(1, cpus)), why)
+    return Procs(count, str(count), why)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import program
-from .base import JobShape, Payload, Policy, ProcessSpec, Procs, gpus_per_node
+from .base import JobShape, Payload, Policy, ProcessSpec, Procs
+from .resources import gpus_per_node
 
 
 class MPIPolicy(Policy):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import JobShape, Policy, ProcessSpec, Procs, auto_procs_per_node
+from .base import JobShape, Policy, ProcessSpec, Procs, auto_procs
 
 
 class TorchPolicy(Policy):
@@ -23,7 +23,7 @@ class TorchPolicy(Policy):
         read for torch)."""
         if explicit:
             return Procs(explicit, str(explicit), f"numProcPerNode {explicit} (set by the job)")
-        return auto_procs_per_node(resources)
+        return auto_procs(resources)
 
     def launcher(self, trainer: Any) -> list[str]:
         words = ["exec", "torchrun"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .base import JobShape, Policy, Procs, gpus_per_node
+from .base import JobShape, Policy, Procs
+from .resources import gpus_per_node
 
 
 class XGBoostPolicy(Policy):
