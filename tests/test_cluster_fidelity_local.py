@@ -27,6 +27,7 @@ from kf_jupyter.build import build_launch_plan, build_trainjob, job_shape
 from kf_jupyter.policies import auto_procs, get_policy, gpus_per_node
 from kf_jupyter.runtimes import Runtime
 
+from .gpu_standin import install, uuid_of
 from .test_local_support import assert_no_orphans, client_fixture  # noqa: F401
 from .test_pip_prelude import index  # noqa: F401
 
@@ -208,13 +209,17 @@ def xgb_world() -> dict:
 
 
 @pytest.mark.slow
-def test_xgboost_two_gpus_per_node_runs_four_workers(client) -> None:
-    # CPU XGBoost here: the GPUs only shape the job, as the controller counts them.
+def test_xgboost_two_gpus_per_node_runs_four_workers(client, tmp_path, monkeypatch) -> None:
+    # The stand-in nvidia-smi (tests/gpu_standin.py) gives 4 devices; XGBoost runs on the CPU:
+    # the GPUs only shape the job, as the controller counts them.
+    smi = install(tmp_path / "standin-bin", 4)
+    monkeypatch.setenv("PATH", f"{smi.folder}{os.pathsep}{os.environ.get('PATH', '')}")
     trainer = XGBoostTrainer(func=xgb_world, num_nodes=2, resources_per_node={"gpu": 2})
     name = client.train(trainer)
     # before: two workers for a tracker told to wait for four, until the timeout
     client.wait_for_job_status(name, timeout=240)
-    assert client.get_job_result(name) == {"world": 4, "visible": "0"}
+    # worker 0 of node 0 sees only the first of its node's two devices
+    assert client.get_job_result(name) == {"world": 4, "visible": uuid_of(0)}
     logs = {p.name for p in (client.backend.jobs_dir / name / "logs").iterdir()}
     assert {f"rank-{r}.log" for r in range(4)} <= logs
     assert_no_orphans(name)
