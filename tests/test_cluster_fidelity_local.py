@@ -354,3 +354,42 @@ def test_runner_and_install_work_as_non_root_with_read_only_home_tmp_and_cwd(ind
     # before: "mktemp: failed to create directory via template" and exit 1
     assert proc.returncode == 0, proc.stderr
     assert "hi 42 65534" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+def test_no_writable_directory_is_one_paragraph_naming_the_setting(tmp_path) -> None:
+    """Everything read-only, /dev/shm too (a private mount namespace): one clear paragraph."""
+    if os.geteuid() != 0 or not (shutil.which("setpriv") and shutil.which("unshare")):
+        pytest.skip("needs root, setpriv and unshare")
+    probe = subprocess.run(
+        ["unshare", "-m", "mount", "-t", "tmpfs", "-o", "ro", "tmpfs", "/dev/shm"],
+        capture_output=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip("cannot make a private mount namespace here")
+    job = build_trainjob(
+        JAXTrainer(func=noop, initialize_distributed=False), RTS["jax-distributed"]
+    )
+    script = job["spec"]["trainer"]["command"][2]
+    ro = Path(tempfile.mkdtemp(prefix="kfj-ro-", dir="/tmp"))
+    ro.chmod(0o755)  # root's: nobody cannot write it
+    try:
+        inner = (
+            "mount -t tmpfs -o ro tmpfs /dev/shm && exec setpriv --reuid=65534 --regid=65534 "
+            '--clear-groups bash -c "$0"'
+        )
+        proc = subprocess.run(
+            ["unshare", "-m", "bash", "-c", inner, script],
+            env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "TMPDIR": str(ro)},
+            cwd=ro,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        shutil.rmtree(ro, ignore_errors=True)
+    assert proc.returncode == 1
+    # before: "mktemp: failed to create directory via template ...: Permission denied"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kf-jupyter: this container has no writable")
+    assert "readOnlyRootFilesystem" in lines[0] and "emptyDir" in lines[0]
