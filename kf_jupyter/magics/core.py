@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from IPython.core import magic_arguments as ma
@@ -31,6 +32,9 @@ from ..types import COMPLETE, FAILED
 from .cell import build_cell_function, oversize_message, oversized_training_cell
 from .handle import JobHandle
 from .lineargs import print_help, split_script_args, wants_help
+
+#: Rows %kf_jobs shows unless --all (a table of thousands helps no one, and costs the notebook).
+JOBS_SHOWN = 100
 
 
 def failure_error_text(name: str, failure: Any) -> str:
@@ -778,6 +782,11 @@ class KubeflowMagics(Magics):
 
     @ma.magic_arguments()
     @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @ma.argument(
+        "--all",
+        action="store_true",
+        help=f"every job (default: the newest {JOBS_SHOWN}, and how many older ones there are)",
+    )
     @line_magic
     def kf_jobs(self, line: str) -> None:
         """List the jobs: name, framework, backend, status, nodes, age, and actions."""
@@ -787,7 +796,18 @@ class KubeflowMagics(Magics):
         from .render import JOB_HEADERS, job_rows
 
         jobs = self._guard(lambda: self.client(args.backend).list_jobs())
+        hidden = 0
+        if not args.all and len(jobs) > JOBS_SHOWN:
+            oldest = datetime.min.replace(tzinfo=UTC)
+            jobs = sorted(jobs, key=lambda j: j.creation_time or oldest)
+            hidden = len(jobs) - JOBS_SHOWN
+            jobs = jobs[hidden:]
         rows = job_rows(jobs)
+        if hidden:
+            print(
+                f"The newest {JOBS_SHOWN} of {hidden + JOBS_SHOWN} jobs; %kf_jobs --all lists "
+                f"the {hidden} older ones too."
+            )
         if getattr(self.shell, "kernel", None) is not None:
             self._table(JOB_HEADERS, rows, "No jobs.")
             if self.use_widgets() and rows:

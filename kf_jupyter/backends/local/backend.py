@@ -56,6 +56,7 @@ from ...types import (
 from ...workspace import ENV_DIR as WS_ENV_DIR
 from ...workspace import copy_into, snapshot_for
 from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
+from . import index as job_index
 from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
@@ -123,6 +124,8 @@ class LocalBackend:
     def __init__(self, config: LocalBackendConfig | None = None) -> None:
         self.config = config or LocalBackendConfig()
         self._private = False
+        self._index: job_index.JobIndex | None = None
+        self._index_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths
 
@@ -449,6 +452,7 @@ class LocalBackend:
                 "processes": {},
             },
         )
+        job_index.note(self.state_dir, name)  # every reader re-reads this name
         sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
         if cold_why:
             sv.append_event(str(jd), "Normal", "ColdStart", f"every node starts cold: {cold_why}")
@@ -574,11 +578,34 @@ class LocalBackend:
         return self._to_trainjob(self._status(name))
 
     def list_jobs(self) -> list[TrainJob]:
-        """Every job in the state directory, oldest first."""
-        jobs = []
-        for name in self._job_names():
-            with contextlib.suppress(JobNotFoundError, OSError, ValueError):
-                jobs.append(self.get_job(name))
+        """Every job in the state directory, oldest first.
+
+        Finished jobs come from the index (index.py: kept consistent with the job folders, so a
+        poll reads only the jobs that changed and those not finished yet)."""
+        return self.jobs_index().jobs()
+
+    def list_jobs_json(self) -> str:
+        """The JSON array of list_jobs()'s to_dict()s (finished jobs' JSON is cached)."""
+        return self.jobs_index().jobs_json()
+
+    def jobs_index(self) -> job_index.JobIndex:
+        """This backend's job index (made on first use)."""
+        with self._index_lock:
+            if self._index is None:
+                self._index = job_index.JobIndex(self.state_dir, self.jobs_dir, self._read_job)
+            return self._index
+
+    def _read_job(self, name: str) -> TrainJob | None:
+        """The job read from its folder; None if it is not (or no longer, or not yet) there."""
+        if not (self.jobs_dir / name / "status.json").exists():
+            return None
+        with contextlib.suppress(JobNotFoundError, OSError, ValueError, KeyError):
+            return self.get_job(name)
+        return None
+
+    def scan_jobs(self) -> list[TrainJob]:
+        """Every job read from its folder, without the index (what rebuilding it costs)."""
+        jobs = [j for j in map(self._read_job, self._job_names()) if j is not None]
         return sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC))
 
     def get_job_events(self, name: str) -> list[Event]:
@@ -795,3 +822,7 @@ class LocalBackend:
         jd = self.job_dir(name)
         self._stop(name, jd, record_on_full_disk_optional=True)  # the record goes anyway
         shutil.rmtree(jd, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            job_index.note(self.state_dir, name)
+        if self._index is not None:
+            self._index.forget(name)
