@@ -975,15 +975,25 @@ class KubeflowMagics(Magics):
 
         pools = warm_pool.list_pools(backend.state_dir)
         state = "on" if self.warm else "off (%config KubeflowMagics.warm = True turns it on)"
+        cfg = backend.config
+        held = sum(warm_pool.pool_bytes(p) for p in pools if p.get("alive")) / 2**20
         print(
             f"kf-jupyter warm pool: {state}; pool processes end after "
-            f"{backend.config.warm_idle_seconds:.0f} s idle or with this kernel."
+            f"{cfg.warm_idle_seconds:.0f} s idle or with this kernel; at most "
+            f"{cfg.warm_max_pools} of them holding {cfg.warm_max_memory_mib:.0f} MiB together "
+            f"(now {held:.0f} MiB)."
         )
         self._table(
             ("framework", "pid", "state", "launches", "RSS", "USS", "fds", "python"),
             pool_rows(pools),
             "No pool process runs (the next torch/JAX/XGBoost job starts one).",
         )
+        cold = warm_pool.recent_cold(backend.state_dir)
+        if cold:
+            print("Recent cold starts, and why:")
+            for rec in cold:
+                node = f" {rec['node']}" if rec.get("node") else ""
+                print(f"  {rec.get('job', '?')}{node}: {rec['why']}")
 
     def prestart(self) -> None:
         """Start the torch pool in the background when the extension loads (if torch is there)."""

@@ -361,7 +361,11 @@ class LocalBackend:
             return None
         pool = warm_pool.pool_for(self.state_dir, interp, framework, env)
         warm_pool.ensure_started(
-            pool, env, self.config.warm_idle_seconds, self.config.warm_max_pools
+            pool,
+            env,
+            self.config.warm_idle_seconds,
+            self.config.warm_max_pools,
+            self.config.warm_max_memory_mib,
         )
         return pool
 
@@ -405,7 +409,11 @@ class LocalBackend:
         if pool is not None:
             try:
                 warm_pool.ensure_started(
-                    pool, node_env, self.config.warm_idle_seconds, self.config.warm_max_pools
+                    pool,
+                    node_env,
+                    self.config.warm_idle_seconds,
+                    self.config.warm_max_pools,
+                    self.config.warm_max_memory_mib,
                 )
                 for env in envs:
                     env.update(warm_pool.warm_env(self.state_dir, pool, env["PATH"]))
@@ -456,6 +464,8 @@ class LocalBackend:
         sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
         if cold_why:
             sv.append_event(str(jd), "Normal", "ColdStart", f"every node starts cold: {cold_why}")
+            with contextlib.suppress(OSError):
+                warm_pool.record_cold(self.state_dir, name, cold_why)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         with os.fdopen(sv.private_open(str(jd / "supervisor.log"), flags), "ab") as out:
             proc = subprocess.Popen(
