@@ -414,3 +414,29 @@ def test_the_first_job_waits_for_a_starting_pool_instead_of_going_cold(client, t
     job = client.wait_for_job_status(name, timeout=300)
     assert job.warm is True, [e.message for e in client.get_job_events(name)]
     assert client.get_job_result(name) == 3.0
+
+
+def finalizer_at_exit():
+    import weakref
+
+    class Thing:
+        pass
+
+    keep = Thing()
+    weakref.finalize(keep, print, "user finalizer ran at exit", flush=True)
+    globals()["_kfj_keep"] = keep  # alive until the process ends: the atexit pass runs it
+    return 1
+
+
+def test_a_users_exit_finalizers_still_run_on_a_warm_rank(client):
+    """The pool skips torch's own import-time finalizers at a rank's exit (issue 21's exit
+    path); a finalizer the user's code makes runs there as it does cold."""
+    _wait_ready(client, "torch")
+    for warm in (False, True):
+        name = client.train(
+            TorchTrainer(func=finalizer_at_exit, num_nodes=1, num_proc_per_node=2),
+            options=[Warm(warm)],
+        )
+        assert client.wait_for_job_status(name, timeout=180).warm is warm
+        logs = "\n".join(client.get_job_logs(name))
+        assert logs.count("user finalizer ran at exit") == 2, logs
