@@ -171,3 +171,43 @@ def test_records_survive_the_round_trip_exactly(tmp_path):
     )
     back = job_index.decode(job_index.encode(job))
     assert back == job and back is not job
+
+
+def test_newest_and_the_routes_json_agree_with_the_full_list(tmp_path):
+    import json
+
+    state = tmp_path / "state"
+    for i in range(12):
+        write_job(state, f"j{i:02d}", created=1000.0 + i, finish=COMPLETE if i % 2 else FAILED)
+    write_job(state, "older-running", created=500.0, finish="")
+    b = backend(state)
+    full = b.list_jobs()
+    jobs, total = b.newest_jobs(5)
+    assert total == 13 and [j.name for j in jobs] == [j.name for j in full[-5:]]
+    as_dicts = lambda: [j.to_dict() for j in b.list_jobs()]  # noqa: E731
+    assert json.loads(b.list_jobs_json()) == as_dicts()  # a running job older than the rest
+    write_job(state, "newest-running", created=5000.0, finish="")
+    assert json.loads(b.list_jobs_json()) == as_dicts()  # the running jobs appended
+    assert json.loads(b.list_jobs_json()) == as_dicts()  # from the cached body
+
+
+def test_kf_jobs_shows_the_newest_hundred_and_says_how_many_more(tmp_path, monkeypatch, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kf_jupyter.magics.core import JOBS_SHOWN, KubeflowMagics
+
+    state = tmp_path / "state"
+    for i in range(JOBS_SHOWN + 5):
+        write_job(state, f"job-{i:03d}", created=1000.0 + i)
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(state))
+    sh = InteractiveShell.instance()
+    sh.config.pop("KubeflowMagics", None)
+    sh.register_magics(KubeflowMagics(shell=sh))
+    capsys.readouterr()
+    sh.run_line_magic("kf_jobs", "")
+    out = capsys.readouterr().out
+    assert f"The newest {JOBS_SHOWN} of {JOBS_SHOWN + 5} jobs" in out and "--all" in out, out
+    assert "job-104" in out and "job-004 " not in out and "job-005" in out
+    sh.run_line_magic("kf_jobs", "--all")
+    out = capsys.readouterr().out
+    assert "job-000" in out and "job-104" in out and "The newest" not in out

@@ -795,17 +795,24 @@ class KubeflowMagics(Magics):
             return None
         from .render import JOB_HEADERS, job_rows
 
-        jobs = self._guard(lambda: self.client(args.backend).list_jobs())
+        client = self._guard(self.client, args.backend)
+        newest = getattr(client.backend, "newest_jobs", None)
         hidden = 0
+        if newest is not None and not args.all:  # local: only the rows shown are read
+            jobs, total = self._guard(newest, JOBS_SHOWN)
+            hidden = total - len(jobs)
+        else:
+            jobs = self._guard(client.list_jobs)
         if not args.all and len(jobs) > JOBS_SHOWN:
             oldest = datetime.min.replace(tzinfo=UTC)
             jobs = sorted(jobs, key=lambda j: j.creation_time or oldest)
             hidden = len(jobs) - JOBS_SHOWN
             jobs = jobs[hidden:]
+        shown = len(jobs)
         rows = job_rows(jobs)
         if hidden:
             print(
-                f"The newest {JOBS_SHOWN} of {hidden + JOBS_SHOWN} jobs; %kf_jobs --all lists "
+                f"The newest {shown} of {hidden + shown} jobs; %kf_jobs --all lists "
                 f"the {hidden} older ones too."
             )
         if getattr(self.shell, "kernel", None) is not None:

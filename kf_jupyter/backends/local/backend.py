@@ -594,6 +594,10 @@ class LocalBackend:
         poll reads only the jobs that changed and those not finished yet)."""
         return self.jobs_index().jobs()
 
+    def newest_jobs(self, n: int) -> tuple[list[TrainJob], int]:
+        """The `n` newest jobs (oldest first) and how many there are in all (for %kf_jobs)."""
+        return self.jobs_index().newest(n)
+
     def list_jobs_json(self) -> str:
         """The JSON array of list_jobs()'s to_dict()s (finished jobs' JSON is cached)."""
         return self.jobs_index().jobs_json()

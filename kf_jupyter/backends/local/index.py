@@ -165,6 +165,11 @@ class JobIndex:
         self._journal: tuple[int, int] = (0, 0)  # (inode, offset read up to)
         self._unsaved = 0
         self._saved_at = 0.0
+        # Every change to the finished jobs bumps the version; what is derived from them (their
+        # order, the route's JSON body) is kept per version, so a poll with no change is O(live).
+        self._version = 0
+        self._order: tuple[int, list[tuple[str, tuple[int, float, tuple[Any, ...]]]]] = (-1, [])
+        self._body: tuple[int, str, float] = (-1, "", 0.0)
         #: What the last refresh did (for the benchmark and tests): rebuilt, read, listed.
         self.last: dict[str, Any] = {}
 
@@ -174,26 +179,52 @@ class JobIndex:
         """Every job, oldest first: finished ones from the index, the others read now."""
         with self._lock:
             live = self._refresh()
-            done = sorted(self._done.values(), key=lambda v: v[1])
-            out = [decode(v[2]) for v in done]
+            out = [decode(v[2]) for _, v in self._sorted_done()]
         return _merge(out, live)
+
+    def newest(self, n: int) -> tuple[list[TrainJob], int]:
+        """The `n` newest jobs, oldest first, and how many jobs there are in all."""
+        with self._lock:
+            live = self._refresh()
+            done = self._sorted_done()
+            out = [decode(v[2]) for _, v in done[max(0, len(done) - n) :]]
+            total = len(done) + len(live)
+        return _merge(out, live)[-n:] if n > 0 else [], total
 
     def jobs_json(self) -> str:
         """The JSON array of every job's to_dict(), oldest first (finished ones cached)."""
         with self._lock:
             live = self._refresh()
+            if self._body[0] != self._version:
+                parts = self._fragments()
+                newest = parts[-1][0] if parts else float("-inf")
+                self._body = (self._version, ",".join(p[1] for p in parts), newest)
+            _, body, newest = self._body
+        if not live:
+            return "[" + body + "]"
+        mine = sorted((_ts(j.creation_time) or 0.0, json.dumps(j.to_dict())) for j in live)
+        if mine[0][0] >= newest:  # the usual case: the running jobs are the newest
+            return "[" + ",".join(([body] if body else []) + [m[1] for m in mine]) + "]"
+        with self._lock:
             parts = self._fragments()
-        for job in live:
-            created = _ts(job.creation_time) or 0.0
-            parts.append((created, json.dumps(job.to_dict())))
+        parts.extend(mine)
         parts.sort(key=lambda p: p[0])  # stable: finished ones already in order
         return "[" + ",".join(p[1] for p in parts) + "]"
+
+    def _sorted_done(self) -> list[tuple[str, tuple[int, float, tuple[Any, ...]]]]:
+        if self._order[0] != self._version:
+            self._order = (self._version, sorted(self._done.items(), key=lambda kv: kv[1][1]))
+        return self._order[1]
+
+    def _bump(self) -> None:
+        self._unsaved += 1
+        self._version += 1
 
     def forget(self, name: str) -> None:
         """Drop `name` from this process's view now (its folder was just removed here)."""
         with self._lock:
             if self._done.pop(name, None) is not None or self._other.pop(name, None) is not None:
-                self._unsaved += 1
+                self._bump()
 
     # ------------------------------------------------------------------ refresh
 
@@ -233,7 +264,7 @@ class JobIndex:
             mtime = None
         if mtime is None:
             if self._done or self._other:
-                self._unsaved += 1
+                self._bump()
             self._done.clear()
             self._other.clear()
             self._dir_mtime = None
@@ -243,7 +274,7 @@ class JobIndex:
             for name in list(self._done):
                 if entries.get(name) != self._done[name][0]:
                     del self._done[name]
-                    self._unsaved += 1
+                    self._bump()
                     dirty.add(name)
             for name in list(self._other):
                 if name not in entries:
@@ -254,11 +285,11 @@ class JobIndex:
             settled = time.time_ns() - mtime > SETTLE_NS
             self._dir_mtime = mtime if settled else None
             if settled:
-                self._unsaved += 1  # a fresh process need not list the folder
+                self._bump()  # a fresh process need not list the folder
         # 3. Read what changed, and what is not finished.
         for name in dirty:
             if self._done.pop(name, None) is not None:
-                self._unsaved += 1
+                self._bump()
             with contextlib.suppress(OSError):
                 self._other[name] = os.stat(self.jobs_dir / name).st_ino
         live: list[TrainJob] = []
@@ -286,7 +317,7 @@ class JobIndex:
     def _finished(self, name: str, ino: int, job: TrainJob) -> None:
         del self._other[name]
         self._done[name] = (ino, _ts(job.creation_time) or 0.0, encode(job))
-        self._unsaved += 1
+        self._bump()
 
     def _rebuild(self, journal_path: Path) -> None:
         """Forget everything; every folder is read again by the refresh."""
@@ -298,7 +329,7 @@ class JobIndex:
             self._journal = (st.st_ino, st.st_size)
         except FileNotFoundError:
             self._journal = (0, 0)
-        self._unsaved += 1
+        self._bump()
 
     def _fragments(self) -> list[tuple[float, str]]:
         """(creation time, JSON) of every finished job, oldest first."""
@@ -307,7 +338,7 @@ class JobIndex:
             self._frags = _load_fragments(frags_path)
         frags = self._frags
         parts = []
-        for name, (ino, created, rec) in sorted(self._done.items(), key=lambda kv: kv[1][1]):
+        for name, (ino, created, rec) in self._sorted_done():
             f = frags.get(name)
             if f is None or f[0] != ino or f[1] != created:
                 f = (ino, created, json.dumps(decode(rec).to_dict()))
@@ -340,6 +371,7 @@ class JobIndex:
             self._journal = (int(journal[0]), int(journal[1]))
             self._done = {name: (ino, created, rec) for name, ino, created, rec in done}
             self._other = dict(other)
+            self._version += 1
         except (ValueError, TypeError):
             self._done, self._other, self._dir_mtime = {}, {}, None
             self._journal = (0, 0)
