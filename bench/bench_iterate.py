@@ -55,12 +55,20 @@ def ddp(stamp_dir=None):
 
 
 def engine_ddp(rank, port):
+    """The same DDP function, run on a persistent engine (self-contained: sent by value)."""
     import os
+
+    import torch
+    import torch.distributed as dist
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2"
     )
-    return ddp()
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return float(t)
 
 
 def free_port() -> int:
@@ -91,7 +99,7 @@ def main() -> None:
         rc.wait_for_engines(2, timeout=300)
         engines = [rc[i] for i in rc.ids[:2]]
         for e in engines:
-            e.apply_sync(lambda: __import__("torch.distributed"))
+            e.apply_sync(lambda: bool(__import__("torch.distributed")))
         pool = client.backend.prestart_pool("torch")
         assert pool is not None
         while not pool.socket.exists():
