@@ -189,6 +189,24 @@ def _resources(text: str | None) -> dict[str, str] | None:
     return out
 
 
+def _gpu_preview(plan: dict[str, Any]) -> str:
+    """The local device plan of a dry run, as YAML comments: each node's GPUs (or why not)."""
+    g = plan["gpus"]
+    if not g.get("per_node"):
+        return f"# local GPUs: {g.get('note', 'none')}\n"
+    lines = [
+        f"# local GPUs: {g['per_node']} per node; {g.get('free')} of {len(g.get('devices') or [])}"
+        f" free now ({g.get('note', '')})"
+    ]
+    for node, p in (g.get("plan") or {}).items():
+        lines.append(f"#   {node}: {', '.join(p['devices'])}")
+        lines.append(f"#     CUDA_VISIBLE_DEVICES={p['CUDA_VISIBLE_DEVICES']}")
+    nccl = " ".join(f"{k}={v}" for k, v in (g.get("nccl_defaults") or {}).items())
+    if nccl:
+        lines.append(f"#   NCCL defaults (your env wins): {nccl}")
+    return "\n".join(lines) + "\n"
+
+
 def _workspace_preview(plan: dict[str, Any]) -> str:
     """The workspace part of a dry run: what ships, as YAML comments."""
     ws = plan["workspace"]
@@ -550,6 +568,8 @@ class KubeflowMagics(Magics):
         extra = ""
         if isinstance(plan, dict) and isinstance(plan.get("workspace"), dict):
             extra = _workspace_preview(plan)
+        if isinstance(plan, dict) and isinstance(plan.get("gpus"), dict):
+            extra += _gpu_preview(plan)
         if isinstance(plan, dict) and isinstance(plan.get("trainjob"), dict):
             # The Kubernetes backend wraps the manifest; print the TrainJob itself, ready for
             # `kubectl apply -f`, with its namespace.
