@@ -8,7 +8,6 @@ except the random name suffix; the one read is a `script=` file's text, at submi
 from __future__ import annotations
 
 import copy
-import math
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from .constants import (
 from .errors import OptionError, RuntimeMismatchError, ValidationError
 from .options import Name, apply_options
 from .policies import OWN_ENV_PREFIX, JobShape, Payload, get_policy
+from .policies.resources import auto_procs_per_node, gpus_per_node
 from .runtimes import Runtime
 from .script import SCRIPT_FUNC_NAME, load_script, validate_script_args
 from .trainers import BaseTrainer
@@ -97,23 +97,20 @@ def _payload(trainer: BaseTrainer, rc: RuntimeConfig) -> Payload:
 
 
 def job_shape(trainer: BaseTrainer, runtime: Runtime, name: str) -> JobShape:
-    """Nodes, processes per node and GPUs per node for this trainer on this runtime."""
+    """Nodes, processes per node and GPUs per node for this trainer on this runtime.
+
+    A torch job without numProcPerNode gets what the Trainer's `auto` becomes on a node with
+    these resources (policies.resources: the GPU count, else max(1, cpu)).
+    """
     resources = trainer.resources()
     nproc = trainer.procs_per_node or runtime.num_proc_per_node
     if nproc is None and trainer.policy == "torch":
-        gpus = resources.get("nvidia.com/gpu")
-        cpu = resources.get("cpu")
-        if gpus:
-            nproc = max(1, math.ceil(float(gpus)))
-        elif cpu:
-            c = cpu[:-1] if cpu.endswith("m") else cpu
-            nproc = max(1, math.ceil(float(c) / (1000 if cpu.endswith("m") else 1)))
-    gpus = resources.get("nvidia.com/gpu")
+        nproc = auto_procs_per_node(resources)
     return JobShape(
         name=name,
         num_nodes=trainer.num_nodes or runtime.num_nodes or 1,
         num_proc_per_node=nproc,
-        gpus_per_node=int(float(gpus)) if gpus else 0,
+        gpus_per_node=gpus_per_node(resources),
     )
 
 
