@@ -58,7 +58,7 @@ if ((${#missing[@]})); then
 fi
 
 if [ ! -x .venv/bin/python ]; then
-  step "a virtualenv in .venv ($("$PY" --version 2>&1)) (seconds)" "$PY" -m venv .venv
+  step "a virtualenv in .venv ($("$PY" --version 2>&1)) (under a minute)" "$PY" -m venv .venv
 fi
 VPY=$ROOT/.venv/bin/python
 PIP=("$VPY" -m pip install --progress-bar off --disable-pip-version-check)
@@ -85,8 +85,8 @@ if ((labext)) && [ ! -d labextension/node_modules ]; then
     step "jlpm, the lab extension's package manager (jupyter-builder; seconds)" \
       "${PIP[@]}" "jupyter-builder>=1.3"
   fi
-  echo "setup: the lab extension's Node packages (jlpm install: about 120 MB in 650 packages," \
-    "3-8 min) download in the background meanwhile; their log: $JLPM_LOG"
+  echo "setup: the lab extension's Node packages (jlpm install: 650 packages, 420 MB in yarn's" \
+    "cache; 1-3 min) download in the background meanwhile; their log: $JLPM_LOG"
   t_jlpm=$(date +%s)
   # its own process group, so that a failed set-up stops all of it (node included)
   VIRTUAL_ENV="$ROOT/.venv" setsid bash scripts/build-labextension.sh --install-only \
@@ -102,7 +102,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
   step "PyTorch 2.13.0, CPU build (a 190 MB download, 750 MB on disk; 1-3 min)" \
     "${PIP[@]}" "torch==2.13.0"
-  step "JAX, XGBoost, Transformers, JupyterLab 4.6, the Kubernetes client and the test tools (requirements/dev.txt: about 400 MB to download, 1.4 GB on disk; 3-6 min)" \
+  step "JAX, XGBoost, Transformers, JupyterLab 4.6, the Kubernetes client and the test tools (requirements/dev.txt: about 150 MB to download, 1.4 GB on disk; 4-7 min)" \
     "${PIP[@]}" -r requirements/dev.txt
   # The lab extension is built and linked by scripts/build-labextension.sh below, not by the hook.
   # The editable install copies shared-data into the venv: drop our link first so it cannot write
@@ -117,7 +117,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   echo "$sum" >"$stamp"
 fi
 if [ -n "$jlpm_pid" ]; then
-  printf 'setup: the Node packages, still downloading ... '
+  if kill -0 "$jlpm_pid" 2>/dev/null; then
+    printf 'setup: waiting for the Node packages ... '
+  else
+    printf 'setup: the Node packages ... '
+  fi
   rc=0
   wait "$jlpm_pid" || rc=$?
   jlpm_pid=""
@@ -127,7 +131,8 @@ if [ -n "$jlpm_pid" ]; then
     echo "setup: jlpm install failed (exit $rc); its whole output is in $JLPM_LOG" >&2
     exit "$rc"
   fi
-  printf 'done (%s s since they started)\n' "$(($(date +%s) - t_jlpm))"
+  took=$(sed -n 's/^build-labextension: Node packages installed in \([0-9]*\) s$/\1/p' "$JLPM_LOG")
+  printf 'done (%s s, in the background)\n' "${took:-$(($(date +%s) - t_jlpm))}"
 fi
 if ((labext)); then
   step "the JupyterLab extension, built (about 30 s; linked into .venv)" \

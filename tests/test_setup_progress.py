@@ -48,6 +48,7 @@ def test_each_step_is_one_line_and_a_failure_shows_the_log(tmp_path: Path) -> No
     log = repo / "setup.log"
     assert out[0] == f"setup: output of the tools goes to {log}"
     assert out[1].startswith("setup: a virtualenv in .venv (Python 3.")
+    assert "(under a minute) ... done (" in out[1]
     assert out[1].endswith(" s)") and " ... done (" in out[1]
     # the first download: jlpm, for the lab extension's packages fetched while pip works
     assert out[2] == (
