@@ -31,9 +31,18 @@ def _kfj_rank():
     return int(os.environ.get("KF_JUPYTER_NODE_RANK", "0") or 0)
 
 
+def _kfj_report_record(step, progress, metrics):
+    """A report line's record; an MPI rank adds its rank (the launcher relays rank 0's)."""
+    record = {"step": step, "progress": progress, "metrics": metrics}
+    mpi_rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK")
+    if mpi_rank is not None and mpi_rank.strip().isdigit():
+        record["rank"] = int(mpi_rank)
+    return record
+
+
 def _kfj_report(step=None, progress=None, **metrics):
     """Report progress and metrics; the monitor reads them from the logs."""
-    record = {"step": step, "progress": progress, "metrics": metrics}
+    record = _kfj_report_record(step, progress, metrics)
     line = _KFJ_REPORT + json.dumps(record, default=float, allow_nan=True)
     print(line, flush=True)
     _kfj_status_report(step, progress, metrics)
@@ -144,6 +153,8 @@ def _kfj_status_report(step, progress, metrics, eta=None):
     try:
         if not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") or _kfj_rank() != 0:
             return
+        if os.environ.get(_KFJ_RELAY_ENV):  # an MPI rank: the launcher posts (_kfj_mpi_relay)
+            return
         import atexit
         import threading
         import time
@@ -161,6 +172,111 @@ def _kfj_status_report(step, progress, metrics, eta=None):
             state["cond"].notify()
     except Exception:
         pass
+
+
+# -- MPI: the launcher relays rank 0's reports ------------------------------------------------
+# On a cluster the Trainer gives KUBEFLOW_TRAINER_* and the token volume to the launcher only
+# (trainjobstatus.go:88-96: the trainer-ancestor replicated job), while rank 0 runs on the first
+# hostfile host, a node pod (mpi.go:316-330). So the launcher runs mpirun under this relay: it
+# copies mpirun's output through unchanged and posts the reports of rank 0 itself; ranks it
+# starts see KF_JUPYTER_STATUS_RELAY and leave posting to it. Where the ranks' output does not
+# pass through mpirun (a local run writes one log per rank) the relay just runs mpirun.
+
+_KFJ_RELAY_ENV = "KF_JUPYTER_STATUS_RELAY"
+
+
+def _kfj_mpi_relay(command):
+    """Run `command` (mpirun ...); post rank 0's report lines from its output; its exit code."""
+    import signal
+    import subprocess
+
+    if not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") or os.environ.get(
+        "KF_JUPYTER_RANK_LOG_DIR"
+    ):
+        os.execvp(command[0], command)
+    env = dict(os.environ)
+    env[_KFJ_RELAY_ENV] = "1"
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, env=env)
+
+    def forward(signum, frame):
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    out = sys.stdout.buffer
+    prefix = _KFJ_REPORT.encode()
+    for line in proc.stdout:
+        out.write(line)
+        out.flush()
+        at = line.find(prefix)
+        if at < 0:
+            continue
+        try:
+            record = json.loads(line[at + len(prefix) :])
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("rank", 0) == 0:
+            metrics = record.get("metrics")
+            metrics = metrics if isinstance(metrics, dict) else {}
+            _kfj_status_report(record.get("step"), record.get("progress"), metrics)
+    code = proc.wait()
+    return 128 - code if code < 0 else code
+
+
+# -- XGBoost: one worker per GPU ---------------------------------------------------------------
+# The Trainer sets DMLC_NUM_WORKER = nodes x GPUs per node (xgboost.go:100-113) and
+# DMLC_TASK_ID = the pod's index, so a pod with G GPUs must start G workers; worker j of pod i is
+# task i*G+j and sees the pod's j-th GPU only. KF_JUPYTER_WORKERS_PER_NODE (G) is written into
+# the command by the xgboost policy.
+
+_KFJ_WORKERS_ENV = "KF_JUPYTER_WORKERS_PER_NODE"
+
+
+def _kfj_fan_out(argv, workers):
+    """Start `workers` copies of this runner (one per GPU), wait for all; the first failure's
+    exit code (the others are stopped: the tracker would wait for them forever)."""
+    import signal
+    import subprocess
+    import time
+
+    node = int(os.environ.get("DMLC_TASK_ID", "0") or 0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(j) for j in range(workers)]
+    procs = []
+    for j in range(workers):
+        env = dict(os.environ)
+        env.update(
+            {
+                _KFJ_WORKERS_ENV: "1",
+                "DMLC_TASK_ID": str(node * workers + j),
+                "LOCAL_RANK": str(j),
+                "CUDA_VISIBLE_DEVICES": devices[j] if j < len(devices) else str(j),
+            }
+        )
+        procs.append(subprocess.Popen([sys.executable, *argv], env=env))
+
+    def forward(signum, frame):
+        for p in procs:
+            try:
+                p.send_signal(signum)
+            except OSError:
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    code = 0
+    while any(p.poll() is None for p in procs):
+        failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+        if failed and not code:
+            code = failed[0]
+            forward(signal.SIGTERM, None)
+        time.sleep(0.1)
+    if not code:
+        code = next((p.returncode for p in procs if p.returncode), 0)
+    return 128 - code if code < 0 else code
 
 
 def _kfj_install_report_shim():
@@ -462,7 +578,12 @@ def _kfj_exit_status(exc):
 
 
 def _kfj_main(argv):
+    if argv[1:2] == ["--mpi-relay"]:
+        return _kfj_mpi_relay(argv[2:])
     func_file, func_name, args_file, setup = argv[1:5]
+    workers = os.environ.get(_KFJ_WORKERS_ENV, "")
+    if setup == "xgboost" and workers.isdigit() and int(workers) > 1:
+        return _kfj_fan_out(argv, int(workers))
     sys.argv = _kfj_program_argv(argv)
     rank = _kfj_rank()
     _kfj_redirect_logs(rank)
@@ -536,6 +657,87 @@ def _kfj_user_traceback(exc, func_file, label="<training function>"):
     return "".join(te.format()).rstrip("\n").split("\n")
 
 
+def _kfj_is_library_file(path):
+    return (
+        path.startswith("<frozen ")
+        or "/site-packages/" in path
+        or "/dist-packages/" in path
+        or "/lib/python3" in path
+    )
+
+
+def _kfj_short_traceback(lines, max_lines=40, max_chars=300, message_lines=8):
+    """At most `max_lines` lines of a formatted traceback that keep what a reader needs.
+
+    The exception comes first in priority (its message trimmed to `message_lines` lines), then
+    the user's innermost frame (outside site-packages and the standard library: the cell's
+    `line N`), the innermost frame, the user's other frames and the rest, innermost first; what
+    is left out is said in one line where it was. Each line is cut to `max_chars` characters.
+    A traceback that fits is returned whole.
+    """
+    import re
+
+    cut = [ln if len(ln) <= max_chars else ln[: max_chars - 1] + "\u2026" for ln in lines]
+    if len(cut) <= max_lines:
+        return cut
+    frame_re = re.compile(r'^\s*File "(.*)", line \d+')
+    units = []  # [is_frame, is_user, lines]
+    i = 0
+    while i < len(cut):
+        m = frame_re.match(cut[i])
+        if m is None:
+            units.append([False, False, [cut[i]]])
+            i += 1
+            continue
+        body = [cut[i]]
+        i += 1
+        if i < len(cut) and cut[i].startswith("    "):  # the source line
+            body.append(cut[i])
+            i += 1
+            if i < len(cut) and re.fullmatch(r"\s+[\^~ ]+", cut[i]):  # its carets
+                body.append(cut[i])
+                i += 1
+        units.append([True, not _kfj_is_library_file(m.group(1)), body])
+    last_frame = max((k for k, u in enumerate(units) if u[0]), default=-1)
+    head, exc = units[: last_frame + 1], [ln for u in units[last_frame + 1 :] for ln in u[2]]
+    if len(exc) > message_lines:
+        more = len(exc) - (message_lines - 1)
+        note = f"... ({more} more lines of the message: the job's log has them all)"
+        exc = [*exc[: message_lines - 1], note]
+    budget = max(max_lines - len(exc), 0)
+    frames = [k for k, u in enumerate(head) if u[0]]
+    users = [k for k in frames if head[k][1]]
+    order = []
+    for k in [
+        users[-1:],
+        frames[-1:],
+        [0] if head else [],
+        users[::-1],
+        list(range(len(head)))[::-1],
+    ]:
+        order += [x for x in k if x not in order]
+
+    def render(keep):
+        out, gap = [], 0
+        for k, u in enumerate(head):
+            if k in keep:
+                if gap:
+                    out.append(f"  ... ({gap} lines left out: the job's log has them all)")
+                    gap = 0
+                out += u[2]
+            else:
+                gap += len(u[2])
+        if gap:
+            out.append(f"  ... ({gap} lines left out: the job's log has them all)")
+        return out
+
+    keep = []
+    for k in order:
+        if len(render([*keep, k])) <= budget:
+            keep.append(k)
+    return render(keep) + exc
+
+
 def _kfj_report_failure(exc, func_file, rank, label="<training function>"):
     """Print the user's traceback and one `##kf-jupyter:error` record; fill the termination log.
 
@@ -555,7 +757,7 @@ def _kfj_report_failure(exc, func_file, rank, label="<training function>"):
         "rank": rank,
         "exc_type": _kfj_exc_type(exc),
         "message": str(exc),
-        "traceback": lines,
+        "traceback": _kfj_short_traceback(lines),
         "time": time.time(),
         "full": full,
     }
@@ -575,11 +777,12 @@ def _kfj_termination_log(record):
         short = dict(record)
         short.pop("full", None)
         short["message"] = short["message"][:1000]
-        short["traceback"] = [ln[:300] for ln in short["traceback"][-30:]]
-        text = _KFJ_ERROR + json.dumps(short, default=str)
-        while len(text.encode("utf-8")) > _KFJ_TERMINATION_BYTES and len(short["traceback"]) > 1:
-            short["traceback"] = short["traceback"][2:]
+        full_tb = short["traceback"]
+        for n in (30, 20, 14, 10, 6, 3):
+            short["traceback"] = _kfj_short_traceback(full_tb, max_lines=n, message_lines=min(n, 4))
             text = _KFJ_ERROR + json.dumps(short, default=str)
+            if len(text.encode("utf-8")) <= _KFJ_TERMINATION_BYTES:
+                break
         if len(text.encode("utf-8")) <= _KFJ_TERMINATION_BYTES:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)

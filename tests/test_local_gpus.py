@@ -138,11 +138,12 @@ def test_gpu_count_and_auto_follow_the_trainer_rule() -> None:
     assert gpus_per_node({"example.com/GPU-a100": "1.5"}) == 2
     assert gpus_per_node({"cpu": "4", "nvidia.com/mig-1g.5gb": "1"}) == 0
     assert quantity_value("500m") == 1 and quantity_value("2Ki") == 2048
-    # auto: the GPU count, else max(1, cpu), a missing cpu counting 0; no resources: auto.
+    # auto: the GPU count, else max(1, cpu), a missing cpu counting 0; no resources: 1 too
+    # (torch.go:127-135 derefs a missing resourcesPerNode to an empty one: issue 19 item 3).
     assert auto_procs_per_node({"nvidia.com/gpu": "4", "cpu": "16"}) == 4
     assert auto_procs_per_node({"cpu": "2500m"}) == 3
     assert auto_procs_per_node({"memory": "4Gi"}) == 1
-    assert auto_procs_per_node({}) is None
+    assert auto_procs_per_node({}) == 1
     rt = Runtime(name="torch-distributed", framework="torch", ml_policy="torch")
     shape = job_shape(TorchTrainer(num_nodes=2, resources_per_node={"gpu": 3}), rt, "j")
     assert (shape.num_proc_per_node, shape.gpus_per_node) == (3, 3)
@@ -197,9 +198,9 @@ def test_torch_ranks_map_local_rank_to_their_nodes_devices_warm(
     monkeypatch: Any,
     standin_smi: StandinSMI,
 ) -> None:
-    # prestart_pool keys its pool on the kernel's environment, a job's on its own, which has
-    # TORCH_DIST_INIT_BARRIER=1: set it here so the prestarted pool is the job's.
-    monkeypatch.setenv("TORCH_DIST_INIT_BARRIER", "1")
+    # The pool prestart_pool starts must be the job's: it failed (the job started cold, "the
+    # warm pool is not ready") while prestart_pool left out the job's TORCH_DIST_INIT_BARRIER=1.
+    monkeypatch.delenv("TORCH_DIST_INIT_BARRIER", raising=False)
     client = TrainerClient(LocalBackendConfig(state_dir=tmp_path / "state"))
     try:
         _wait_ready(client, "torch")
@@ -520,3 +521,27 @@ def test_mig_slices_are_refused_locally(cold: TrainerClient) -> None:
             )
         )
     assert cold.list_jobs() == []
+
+
+def test_the_dry_run_magic_prints_the_device_plan(
+    tmp_path: Path, monkeypatch: Any, capsys: Any, standin_smi: StandinSMI
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kf_jupyter.magics.core import KubeflowMagics
+
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(tmp_path / "magic-state"))
+    sh = InteractiveShell.instance()
+    sh.register_magics(KubeflowMagics(shell=sh))
+    result = sh.run_cell("%%torchtrain -n 2 --resources gpu=2 --dry-run\nprint(1)\n")
+    out = capsys.readouterr().out
+    assert result.success, out
+    assert "numProcPerNode" not in out  # the manifest leaves auto to the Trainer
+    assert "# local GPUs: 2 per node; 4 of 4 free now" in out
+    assert "#   node-1: GPU 2 (Stand-in GPU, GPU-00000002), GPU 3 (" in out
+    assert f"#     CUDA_VISIBLE_DEVICES={uuid_of(2)},{uuid_of(3)}" in out
+    assert "NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1" in out
+    result = sh.run_cell("%%torchtrain -n 1 --resources gpu=5 --dry-run\nprint(1)\n")
+    err = capsys.readouterr()
+    assert "asks for 5 GPUs, but this machine has only 4" in err.out + err.err
+    assert "Traceback" not in err.out + err.err

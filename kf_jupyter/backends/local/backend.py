@@ -57,6 +57,7 @@ from ...workspace import ENV_DIR as WS_ENV_DIR
 from ...workspace import copy_into, snapshot_for
 from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
 from . import gpus as gpu
+from . import index as job_index
 from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
@@ -124,6 +125,8 @@ class LocalBackend:
     def __init__(self, config: LocalBackendConfig | None = None) -> None:
         self.config = config or LocalBackendConfig()
         self._private = False
+        self._index: job_index.JobIndex | None = None
+        self._index_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths
 
@@ -472,6 +475,8 @@ class LocalBackend:
         env = {
             **os.environ,
             "PATH": os.pathsep.join([*bindirs, os.environ.get("PATH", os.defpath)]),
+            # As every job's environment has it (_process_env): the pool is keyed on TORCH_*.
+            "TORCH_DIST_INIT_BARRIER": os.environ.get("TORCH_DIST_INIT_BARRIER", "1"),
         }
         launcher = warm_pool.LAUNCHER[framework]
         interp = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
@@ -480,7 +485,11 @@ class LocalBackend:
         try:
             pool = warm_pool.pool_for(self.state_dir, interp, framework, env)
             warm_pool.ensure_started(
-                pool, env, self.config.warm_idle_seconds, self.config.warm_max_pools
+                pool,
+                env,
+                self.config.warm_idle_seconds,
+                self.config.warm_max_pools,
+                self.config.warm_max_memory_mib,
             )
         except OSError as exc:
             log.info("no warm pool for %s: %s", framework, exc)
@@ -531,7 +540,11 @@ class LocalBackend:
         if pool is not None:
             try:
                 warm_pool.ensure_started(
-                    pool, node_env, self.config.warm_idle_seconds, self.config.warm_max_pools
+                    pool,
+                    node_env,
+                    self.config.warm_idle_seconds,
+                    self.config.warm_max_pools,
+                    self.config.warm_max_memory_mib,
                 )
                 for env in envs:
                     env.update(warm_pool.warm_env(self.state_dir, pool, env["PATH"]))
@@ -579,6 +592,7 @@ class LocalBackend:
                 "policy": plan.policy,
                 "num_nodes": plan.shape.num_nodes,
                 "num_proc_per_node": plan.shape.num_proc_per_node,
+                "world_size": plan.shape.world_size,
                 "gpus_per_node": plan.shape.gpus_per_node,
                 "trainer": type(trainer).__name__,
                 "python": python,
@@ -586,9 +600,12 @@ class LocalBackend:
                 "processes": {},
             },
         )
+        job_index.note(self.state_dir, name)  # every reader re-reads this name
         sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
         if cold_why:
             sv.append_event(str(jd), "Normal", "ColdStart", f"every node starts cold: {cold_why}")
+            with contextlib.suppress(OSError):
+                warm_pool.record_cold(self.state_dir, name, cold_why)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         with os.fdopen(sv.private_open(str(jd / "supervisor.log"), flags), "ab") as out:
             proc = subprocess.Popen(
@@ -718,11 +735,38 @@ class LocalBackend:
         return self._to_trainjob(self._status(name))
 
     def list_jobs(self) -> list[TrainJob]:
-        """Every job in the state directory, oldest first."""
-        jobs = []
-        for name in self._job_names():
-            with contextlib.suppress(JobNotFoundError, OSError, ValueError):
-                jobs.append(self.get_job(name))
+        """Every job in the state directory, oldest first.
+
+        Finished jobs come from the index (index.py: kept consistent with the job folders, so a
+        poll reads only the jobs that changed and those not finished yet)."""
+        return self.jobs_index().jobs()
+
+    def newest_jobs(self, n: int) -> tuple[list[TrainJob], int]:
+        """The `n` newest jobs (oldest first) and how many there are in all (for %kf_jobs)."""
+        return self.jobs_index().newest(n)
+
+    def list_jobs_json(self) -> str:
+        """The JSON array of list_jobs()'s to_dict()s (finished jobs' JSON is cached)."""
+        return self.jobs_index().jobs_json()
+
+    def jobs_index(self) -> job_index.JobIndex:
+        """This backend's job index (made on first use)."""
+        with self._index_lock:
+            if self._index is None:
+                self._index = job_index.JobIndex(self.state_dir, self.jobs_dir, self._read_job)
+            return self._index
+
+    def _read_job(self, name: str) -> TrainJob | None:
+        """The job read from its folder; None if it is not (or no longer, or not yet) there."""
+        if not (self.jobs_dir / name / "status.json").exists():
+            return None
+        with contextlib.suppress(JobNotFoundError, OSError, ValueError, KeyError):
+            return self.get_job(name)
+        return None
+
+    def scan_jobs(self) -> list[TrainJob]:
+        """Every job read from its folder, without the index (what rebuilding it costs)."""
+        jobs = [j for j in map(self._read_job, self._job_names()) if j is not None]
         return sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC))
 
     def get_job_events(self, name: str) -> list[Event]:
@@ -803,7 +847,10 @@ class LocalBackend:
     ) -> Iterator[str]:
         """Log lines; tagged `[source] ` when the job has more than one source."""
         st = self._status(name)
-        ranks = int(st.get("num_nodes") or 1) * int(st.get("num_proc_per_node") or 1)
+        ranks = int(
+            st.get("world_size")
+            or int(st.get("num_nodes") or 1) * int(st.get("num_proc_per_node") or 1)
+        )
         processes = len(st.get("processes") or {}) or int(st.get("num_nodes") or 1)
         # Decided by the job's shape, not by which files exist yet, so it never changes mid-stream.
         multi = step is None and (ranks > 1 or processes > 1)
@@ -942,3 +989,7 @@ class LocalBackend:
         jd = self.job_dir(name)
         self._stop(name, jd, record_on_full_disk_optional=True)  # the record goes anyway
         shutil.rmtree(jd, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            job_index.note(self.state_dir, name)
+        if self._index is not None:
+            self._index.forget(name)
