@@ -190,11 +190,13 @@ def _workspace_preview(plan: dict[str, Any]) -> str:
     ws = plan["workspace"]
     lines = [
         f"# workspace: {ws['folder']} -> {ws['file_count']} files, {ws['size']} "
-        f"(limit {ws['limit']}); every rank starts in a copy of it",
+        f"(limit {ws['limit']}); every rank imports from a copy of it",
         *(f"#   {f}" for f in ws["files"]),
     ]
     if ws.get("skipped"):
         lines.append("# skipped: " + ", ".join(ws["skipped"]))
+    if ws.get("outputs"):
+        lines.append(f"# outputs: {ws['outputs']}")
     return "\n".join(lines) + "\n"
 
 
