@@ -299,7 +299,8 @@ def _typed_patch(ns: Any) -> Any:
                                         node_selector={"disk": "ssd"},
                                         containers=[
                                             ns.ContainerPatch(
-                                                name="sidecar", env=[{"name": "A", "value": "1"}]
+                                                name="node",
+                                                security_context={"runAsNonRoot": True},
                                             )
                                         ],
                                     )
@@ -714,11 +715,11 @@ def test_initializer_is_written_on_a_cluster(k8s_client, k8s_cluster) -> None:
         dataset=sdk.HuggingFaceDatasetInitializer(storage_uri="hf://org/data"),
         model=sdk.HuggingFaceModelInitializer(storage_uri="hf://org/model"),
     )
+    # a runtime with initializer steps (the cluster refuses initializers elsewhere)
     name = k8s_client.train(
-        runtime="torch-distributed",
+        runtime="torchtune-llama3.2-1b",
         initializer=init,
-        trainer=CustomTrainerContainer(image="busybox:1.36"),
-        options=[TrainerCommand(["bash", "-c", "echo ok"])],
+        trainer=sdk.BuiltinTrainer(config=sdk.TorchTuneConfig()),
     )
     obj = k8s.CustomObjectsApi(k8s_cluster.api_client()).get_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", k8s_client.backend.namespace, "trainjobs", name

@@ -217,3 +217,20 @@ def test_transformers_trainer_runs_as_a_trainjob_on_the_harness(k8s, k8s_cluster
     assert job.status == "Complete", logs
     assert "train metrics:" in logs
     k8s.delete_job(name)
+
+
+@pytest.mark.slow
+def test_transformers_trainer_with_lora_trains_only_the_adapter(client, tmp_path) -> None:
+    pytest.importorskip("peft")
+    config = {
+        **TINY,
+        "lora": {"r": 4, "lora_alpha": 8, "target_modules": ["c_attn"]},
+        "training_args": {**TINY["training_args"], "output_dir": "lora-out"},
+    }
+    name = client.train(TransformersTrainer(config=config, num_nodes=1, num_proc_per_node=1))
+    job = client.wait_for_job_status(name, timeout=900)
+    logs = "\n".join(client.get_job_logs(name))
+    assert job.status == "Complete", logs
+    # peft saves the adapter alone, next to the notebook
+    assert (tmp_path / "lora-out" / "adapter_config.json").is_file(), logs
+    assert not (tmp_path / "lora-out" / "model.safetensors").exists()
