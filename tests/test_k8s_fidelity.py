@@ -94,6 +94,21 @@ def test_a_reconcile_failure_is_the_waiting_reason_and_stops_the_wait(
     from kf_jupyter.magics.render import job_rows
 
     assert "TrainJobResourcesCreationFailed" in " ".join(job_rows([listed])[0])
+    pytest.importorskip("ipywidgets")
+    from kf_jupyter.widgets.monitor import JobMonitor
+
+    class Client:  # the monitor reads the job through get_job, as with the real client
+        backend_name = "kubernetes"
+
+        def get_job(self, job_name: str) -> Any:
+            return backend.get_job(job_name)
+
+    monitor = JobMonitor(Client(), name, records=[], poll_status=False)
+    monitor._apply_job(backend.get_job(name))
+    assert "TrainJobResourcesCreationFailed" in monitor._header_html()
+    assert "will exceed 63 characters" in monitor._header_html()
+    # the lab's job panel shows reason: message from the server's job JSON
+    assert got.to_dict()["reason"] == "TrainJobResourcesCreationFailed"
 
 
 # -- 2. runtimePatches within the CRD's maxItems ---------------------------------------------

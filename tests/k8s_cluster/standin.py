@@ -41,6 +41,13 @@ before ``node``): a TrainJob with ``spec.initializer`` gets a pod per entry
 prints what it "downloads"; the trainer pods are created only once all of them succeed (a failed
 one fails the job). Test knob: while the file ``hold_initializers`` exists they keep running.
 
+The JobSet: for each TrainJob it first creates, through the API server, the JobSet the Trainer
+builds (``trainer_model.build_jobset``: runtime template, runtime patches merged strategically,
+the trainer's image, command, env and resources, counts); the JobSet webhook (``admission.py``)
+may refuse it, which is then only a ``TrainJobResourcesCreationFailed`` event; otherwise the pods
+are made from its replicated jobs. Kueue is played for queued TrainJobs (``_kueue``) and
+``managedBy: kueue.x-k8s.io/multikueue`` jobs are left alone, as the Trainer does.
+
 ``activeDeadlineSeconds``: when it runs out (from creation, or from the resume) the TrainJob
 fails with ``DeadlineExceeded`` and its JobSet and pods are deleted, as the Trainer does.
 
@@ -91,6 +98,11 @@ STATUS_SERVICE = "https://kubeflow-trainer-controller-manager.kubeflow-system.sv
 STATUS_MOUNT = "/var/run/secrets/kubeflow/trainer"
 STATUS_MAX_BODY = 1 << 16
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Pod template fields the stand-in copies from the JobSet onto its pods (scheduling ones are
+# recorded, not acted on: there is one node).
+POD_FIELDS = ("nodeSelector", "tolerations", "serviceAccountName", "imagePullSecrets",
+              "securityContext", "terminationGracePeriodSeconds")  # fmt: skip
+ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 KUEUE_MANAGER = "kueue.x-k8s.io/manager"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 T = TypeVar("T")
@@ -444,12 +456,17 @@ class StandIn:
             ref["name"],
         )
 
-    def _plan(self, tj: dict[str, Any], rt: dict[str, Any], cwd: Path) -> list[PodRun]:
+    def _plan(
+        self, tj: dict[str, Any], rt: dict[str, Any], cwd: Path, js: dict[str, Any] | None = None
+    ) -> list[PodRun]:
+        """The pods of the JobSet `js` (the runtime's template when None): its replicated jobs'
+        pod templates (patches merged, the trainer's image, command, env, resources) and counts."""
         ns, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
         trainer = tj["spec"].get("trainer") or {}
         policy = rt["spec"].get("mlPolicy") or {}
         num_nodes = int(trainer.get("numNodes") or policy.get("numNodes") or 1)
-        rjobs = {r["name"]: r for r in rt["spec"]["template"]["spec"]["replicatedJobs"]}
+        template = js if js is not None else rt["spec"]["template"]
+        rjobs = {r["name"]: r for r in template["spec"]["replicatedJobs"]}
         step_label = "trainer.kubeflow.org/trainjob-ancestor-step"
         trainer_rjob = next(
             (
@@ -460,6 +477,9 @@ class StandIn:
             ),
             "node",
         )
+        if js is not None and policy.get("mpi") is None:  # the trainer step's count
+            counted = ((rjobs.get(trainer_rjob) or {}).get("template") or {}).get("spec") or {}
+            num_nodes = int(counted.get("completions") or num_nodes)
         master = f"{name}-node-0-0.{name}"
         port = free_port()
         hostfile = cwd / "launcher-0" / "hostfile"
@@ -489,7 +509,7 @@ class StandIn:
             if "torch" in policy:
                 nproc = trainer.get("numProcPerNode")
                 if nproc is None:
-                    res = trainer.get("resourcesPerNode") or {}
+                    res = trainer.get("resourcesPerNode") or _runtime_node_resources(rt)
                     if _gpus(res):
                         nproc = "auto"
                     else:
@@ -508,7 +528,8 @@ class StandIn:
                     ("JAX_COORDINATOR_ADDRESS", f"{master}:{MASTER_PORT}"),
                 ]
             if "xgboost" in policy:
-                gpus = _gpus(trainer.get("resourcesPerNode") or {}) or 1
+                res = trainer.get("resourcesPerNode") or _runtime_node_resources(rt)
+                gpus = _gpus(res) or 1
                 return [
                     ("DMLC_TRACKER_URI", master),
                     ("DMLC_TRACKER_PORT", str(MASTER_PORT)),
@@ -586,6 +607,9 @@ class StandIn:
                     }
                 ],
             }
+            for key in POD_FIELDS:  # what the (patched) pod template sets
+                if tmpl.get("spec", {}).get(key) is not None:
+                    spec[key] = tmpl["spec"][key]
             if _gpus(resources):  # the stand-in node has no GPU: the scheduler cannot bind it
                 del spec["nodeName"]
             volumes, mounts = _patch_pod_volumes(tj, rjob)
@@ -627,22 +651,31 @@ class StandIn:
         except ApiException as e:
             if e.status != 404:
                 raise
+            # (the runtime was deleted after the webhook let the job in) as the Trainer reports
+            # any failed reconcile: one event, the client's error text
             ref = tj["spec"]["runtimeRef"]
+            plural = (
+                "trainingruntimes"
+                if ref.get("kind") == "TrainingRuntime"
+                else "clustertrainingruntimes"
+            )
             self._event(
                 tj,
                 "Warning",
-                "TrainingRuntimeNotFound",
-                f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']} not found",
+                "TrainJobResourcesCreationFailed",
+                "TrainJob resources reconciliation failed: "
+                f'{plural}.trainer.kubeflow.org "{ref["name"]}" not found',
             )
             return
-        if not self._apply_jobset(tj, rt):
+        js = self._apply_jobset(tj, rt)
+        if js is None:
             return
         cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}"
         run = 1
         while cwd.exists():  # resumed: new pods, new (empty) logs, as on a cluster
             run += 1
             cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}-run{run}"
-        trainers = self._plan(tj, rt, cwd)
+        trainers = self._plan(tj, rt, cwd, js)
         inits = self._plan_initializers(tj, cwd)
         job.pods = []
         failed: list[PodRun] = []
@@ -756,13 +789,14 @@ class StandIn:
                     self.core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0
                 )
 
-    def _apply_jobset(self, tj: dict[str, Any], rt: dict[str, Any]) -> bool:
+    def _apply_jobset(self, tj: dict[str, Any], rt: dict[str, Any]) -> dict[str, Any] | None:
         """Create the JobSet the Trainer builds, through the API server (so the JobSet webhook
-        checks it). Refused: only a ``TrainJobResourcesCreationFailed`` event, as the Trainer's
-        reconciler emits (trainjob_controller.go); the TrainJob's status says nothing."""
+        checks it); the stand-in then runs its pods from it. Refused: None, and only a
+        ``TrainJobResourcesCreationFailed`` event, as the Trainer's reconciler emits
+        (trainjob_controller.go); the TrainJob's status says nothing."""
         js = build_jobset(tj, rt)
         try:
-            self._retry(
+            return self._retry(
                 self.custom.create_namespaced_custom_object,
                 "jobset.x-k8s.io",
                 "v1alpha2",
@@ -772,14 +806,13 @@ class StandIn:
             )
         except ApiException as e:
             if e.status == 409:
-                return True  # resumed: the JobSet is still there
+                return js  # resumed: the JobSet is still there
             message = _api_message(e)
             text = f"TrainJob resources reconciliation failed: {message[:950]}"
             if len(message) > 950:
                 text += " ..."
             self._event(tj, "Warning", "TrainJobResourcesCreationFailed", text)
-            return False
-        return True
+            return None
 
     def _delete_jobset(self, namespace: str, name: str) -> None:
         try:
@@ -1281,11 +1314,29 @@ def _cpu(resources: dict[str, Any]) -> float:
 
 
 def _gpus(resources: dict[str, Any]) -> int:
-    for part in ("limits", "requests"):
-        q = (resources.get(part) or {}).get("nvidia.com/gpu")
-        if q is not None:
-            return int(q)
+    """GPUs per node as the Trainer counts them (runtime.go GetNumGPUPerNode): the first
+    resource whose name contains "gpu", requests before limits."""
+    for part in ("requests", "limits"):
+        for key, q in (resources.get(part) or {}).items():
+            if "gpu" in str(key).lower() and q is not None:
+                n = math.ceil(float(str(q)))
+                if n:
+                    return n
     return 0
+
+
+def _runtime_node_resources(rt: dict[str, Any]) -> dict[str, Any]:
+    """The `node` container's resources in the runtime's trainer step (runtime.go
+    ExtractResourcePerNodeFromRuntime): what numProcPerNode `auto` uses without the job's."""
+    for rj in rt["spec"]["template"]["spec"].get("replicatedJobs") or []:
+        labels = ((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if rj.get("name") != "node" and labels.get(ANCESTOR) != "trainer":
+            continue
+        pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
+        for c in (pod or {}).get("containers") or []:
+            if c.get("name") == "node" and c.get("resources"):
+                return dict(c["resources"])
+    return {}
 
 
 def _patch_pod_volumes(

@@ -619,6 +619,8 @@ class Supervisor:
 
     def _finish(self, status: str, reason: str, message: str) -> None:
         """Record the end (after the processes were stopped: nothing else is writing now)."""
+        # The devices are free before the job reads as ended: whoever sees it ended may take them.
+        self._release_gpus()
         if self.disk_error is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.reserve)
