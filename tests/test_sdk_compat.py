@@ -300,7 +300,7 @@ def _typed_patch(ns: Any) -> Any:
                                         containers=[
                                             ns.ContainerPatch(
                                                 name="node",
-                                                security_context={"runAsNonRoot": True},
+                                                security_context={"allowPrivilegeEscalation": False},
                                             )
                                         ],
                                     )
