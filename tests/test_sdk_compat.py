@@ -300,7 +300,9 @@ def _typed_patch(ns: Any) -> Any:
                                         containers=[
                                             ns.ContainerPatch(
                                                 name="node",
-                                                security_context={"allowPrivilegeEscalation": False},
+                                                security_context={
+                                                    "allowPrivilegeEscalation": False
+                                                },
                                             )
                                         ],
                                     )
