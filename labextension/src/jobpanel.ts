@@ -7,7 +7,6 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import * as api from './api';
-import { Backoff } from './backoff';
 import { MetricsChart } from './chart';
 import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
@@ -17,10 +16,10 @@ import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logpars
 import { LogQueue } from './logqueue';
 import { IReport, MetricSeries, parseReport } from './metrics';
 import { progressText, TrainerStatusFeed } from './progress';
-import { Poller } from './poller';
 import { RingBuffer } from './ringbuffer';
 import { sourceColour } from './palette';
 import { messageOf } from './sidebar';
+import { IJobSubscription, ISubscription } from './stream';
 
 /** At most this many log lines are kept in the DOM. */
 export const MAX_LOG_LINES = 2000;
@@ -58,14 +57,6 @@ export class JobPanel extends Widget {
     this._build();
     // Relative times ("3s ago") keep counting after the job ended and polling stopped.
     this._ageTimer = window.setInterval(() => this._updateAges(), AGE_REFRESH_MS);
-    this._statusPoller = new Poller(() => this._fetchStatus(), {
-      backoff: { interval: 3000, base: 2000, factor: 2, max: 60000, jitter: 0.1 },
-      onTick: error => {
-        if (error) {
-          this._showError(error);
-        }
-      }
-    });
   }
 
   get records(): ILogRecord[] {
@@ -76,18 +67,21 @@ export class JobPanel extends Widget {
     return this._metrics;
   }
 
+  /** Read the job now (the Refresh command). */
   refresh(): Promise<void> {
-    return this._statusPoller.refresh();
+    this._jobSub?.refresh();
+    return Promise.resolve();
   }
 
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
-    this._statusPoller.dispose();
     window.clearInterval(this._ageTimer);
-    this._abort?.abort();
-    this._abort = null;
+    this._jobSub?.close();
+    this._jobSub = null;
+    this._logSub?.close();
+    this._logSub = null;
     if (this._flushHandle) {
       cancelAnimationFrame(this._flushHandle);
     }
@@ -98,22 +92,13 @@ export class JobPanel extends Widget {
     super.onAfterAttach(msg);
     if (!this._started) {
       this._started = true;
-      void this._statusPoller.start();
-      void this._streamLoop();
+      this._watch();
     }
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    if (this._started && !this._finished) {
-      void this._statusPoller.resume();
-    }
     this._scrollIfFollowing();
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this._statusPoller.pause();
   }
 
   // ---------------------------------------------------------------- layout
@@ -217,20 +202,41 @@ export class JobPanel extends Widget {
 
   // ---------------------------------------------------------------- status and events
 
-  private async _fetchStatus(): Promise<void> {
-    const [job, events] = await Promise.all([
-      api.getJob(this.target, this.jobName),
-      api.getJobEvents(this.target, this.jobName).catch(() => null)
-    ]);
-    this._showError(null);
-    this._renderJob(job);
-    if (events) {
-      this._renderEvents(events);
-    }
-    if (isFinished(job.status)) {
-      this._finished = true;
-      this._statusPoller.pause(); // a finished job no longer changes
-    }
+  /**
+   * The job's record and events (every 3 s until it ends) and its log, over
+   * the page's one update socket (api.streamHub()), shared with the monitors.
+   */
+  private _watch(): void {
+    const hub = api.streamHub();
+    this._jobSub = hub.watchJob(this.target, this.jobName, { intervalMs: 3000, events: true }, {
+      onJob: job => {
+        this._showError(null);
+        this._renderJob(job);
+      },
+      onEvents: events => this._renderEvents(events),
+      onError: err => this._showError(err)
+    });
+    this._logSub = hub.watchLogs(this.target, this.jobName, this.maxLines, {
+      onStart: () => {
+        this._resetLog(); // a (re)subscription replays the tail: start over to avoid duplicates
+        this._logState.textContent = 'streaming…';
+      },
+      onRecords: records => {
+        for (const rec of records) {
+          this._onRecord(rec);
+        }
+      },
+      onEnd: () => {
+        this._showHeld();
+        this._logState.textContent = 'job ended; log complete';
+      },
+      onError: (err, retryMs) => {
+        this._logState.textContent =
+          retryMs === null
+            ? `log stream failed (${messageOf(err)})`
+            : `log stream failed (${messageOf(err)}); retrying in ${Math.round(retryMs / 1000)} s`;
+      }
+    });
   }
 
   /** Suspend / Resume: stop the job's pods or processes and keep the job, or start them again. */
@@ -253,7 +259,7 @@ export class JobPanel extends Widget {
     } catch (e) {
       this._showError(`${suspend ? 'Suspend' : 'Resume'} failed: ${(e as Error).message ?? e}`);
     }
-    await this._statusPoller.refresh();
+    this._jobSub?.refresh();
   }
 
   private _renderJob(job: IJob): void {
@@ -263,7 +269,9 @@ export class JobPanel extends Widget {
       job.status === 'Suspended'
         ? 'Start the job again (same workspace and environment)'
         : 'Stop the job\'s processes (pods) and keep the job; Resume starts them again';
-    this._suspend.disabled = isFinished(job.status);
+    // an ended job has nothing to suspend: no greyed button that looks like it could
+    this._suspend.hidden = isFinished(job.status) || job.status === 'Deleted';
+    this._suspend.disabled = false;
     setBadge(this._badge, job.status, statusKey(job.status));
     const created = job.creation_time
       ? [`${job.creation_time} (`, ageNode(job.creation_time, ' ago'), ')']
@@ -332,57 +340,6 @@ export class JobPanel extends Widget {
   }
 
   // ---------------------------------------------------------------- logs
-
-  private async _streamLoop(): Promise<void> {
-    const backoff = new Backoff({ interval: 0, base: 1000, factor: 2, max: 30000, jitter: 0.1 });
-    while (!this.isDisposed) {
-      this._abort = new AbortController();
-      // Reconnecting replays the tail: start over to avoid duplicates.
-      this._resetLog();
-      this._logState.textContent = 'streaming…';
-      let ended = false;
-      try {
-        await api.streamLogs(
-          this.target,
-          this.jobName,
-          {
-            onRecord: rec => {
-              backoff.success();
-              this._onRecord(rec);
-            },
-            onEnd: reason => {
-              ended = reason === 'end';
-              this._showHeld();
-            }
-          },
-          this._abort.signal,
-          this.maxLines
-        );
-      } catch (e) {
-        if (this.isDisposed || this._abort?.signal.aborted) {
-          return;
-        }
-        const delay = backoff.failure();
-        this._logState.textContent = `log stream failed (${messageOf(e)}); retrying in ${Math.round(delay / 1000)} s`;
-        await sleep(delay);
-        continue;
-      }
-      if (ended || this._finished) {
-        this._logState.textContent = 'job ended; log complete';
-        void this._statusPoller.refresh();
-        return;
-      }
-      // Closed without `end` while the job runs: reconnect after a pause.
-      const delay = backoff.failure();
-      this._logState.textContent = `log stream closed; reconnecting in ${Math.round(delay / 1000)} s`;
-      await sleep(delay);
-      await this._statusPoller.refresh();
-      if (this._finished) {
-        // One last full read so nothing written before the end is missed.
-        continue;
-      }
-    }
-  }
 
   private _resetLog(): void {
     this._readable = new ReadableLog();
@@ -538,10 +495,9 @@ export class JobPanel extends Widget {
   private _readable = new ReadableLog();
   private _metrics = new MetricSeries();
   private _feed = new TrainerStatusFeed(this._metrics);
-  private _statusPoller: Poller;
-  private _abort: AbortController | null = null;
+  private _jobSub: IJobSubscription | null = null;
+  private _logSub: ISubscription | null = null;
   private _started = false;
-  private _finished = false;
   private _userScrollUntil = 0;
   private _badge!: HTMLSpanElement;
   private _suspend!: HTMLButtonElement;
@@ -558,10 +514,6 @@ export class JobPanel extends Widget {
   private _live = new LiveLines();
   private _dropped!: HTMLDivElement;
   private _events!: HTMLTableSectionElement;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise(resolve => setTimeout(resolve, ms));
 }
 
 /** Wrap a JobPanel in a MainAreaWidget with the right id, title and icon. */

@@ -5,8 +5,10 @@
  * It talks to the server extension's authenticated routes, not to the kernel,
  * so its rank filter and Cancel work while the cell that follows the job
  * blocks the kernel (ipykernel delivers widget messages of a busy cell only
- * when it ends). Status: polled from `jobs/{name}`; logs: `jobs/{name}/logs`
- * over SSE; Cancel: `POST jobs/{name}/cancel`, which refuses an ended job.
+ * when it ends). Status and logs arrive over the page's one update socket
+ * (api.streamHub(), kf-jupyter/api/stream), shared by every monitor and job
+ * panel; Cancel: `POST jobs/{name}/cancel`, which refuses an ended job;
+ * Suspend/Resume: `POST jobs/{name}/suspend|resume`.
  * The rank filter is applied in the browser. When the job ends the kernel
  * replaces this output with a static rendering (plain HTML); a reopened
  * notebook whose job still runs re-attaches here by the job's name.
@@ -18,7 +20,8 @@ import * as api from './api';
 import { MetricsChart } from './chart';
 import { h } from './dom';
 import { FollowTracker } from './follow';
-import { formatDuration, IJob, isFinished } from './jobs';
+import { formatDuration, IJob } from './jobs';
+import { ISubscription, IJobSubscription } from './stream';
 import {
   canCancel,
   failureText,
@@ -62,9 +65,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._payload = payload;
     this._target = { backend: payload.backend, namespace: payload.namespace };
     this._build(payload);
-    this._alive = true;
-    void this._pollLoop();
-    void this._streamLoop();
+    this._watch();
   }
 
   dispose(): void {
@@ -76,16 +77,13 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   }
 
   private _stop(): void {
-    this._alive = false;
-    this._abort?.abort();
-    this._abort = null;
+    this._jobSub?.close();
+    this._jobSub = null;
+    this._logSub?.close();
+    this._logSub = null;
     if (this._flushHandle) {
       cancelAnimationFrame(this._flushHandle);
       this._flushHandle = 0;
-    }
-    if (this._pollTimer) {
-      clearTimeout(this._pollTimer);
-      this._pollTimer = 0;
     }
   }
 
@@ -104,8 +102,15 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
       { className: 'jp-Button jp-mod-styled jp-mod-warn kf-live-cancel', title: 'Stop the job (its record and logs stay)' },
       'Cancel'
     );
-    this._cancel.disabled = true;
+    this._cancel.hidden = true; // shown once the backend says the job can be cancelled
     this._cancel.addEventListener('click', () => void this._onCancel());
+    this._suspend = h(
+      'button',
+      { className: 'jp-Button jp-mod-styled kf-live-suspend', type: 'button' },
+      'Suspend'
+    );
+    this._suspend.hidden = true;
+    this._suspend.addEventListener('click', () => void this._onSuspend());
     const where = `${p.backend}${p.namespace ? ` / ${p.namespace}` : ''}${p.runtime ? ` · runtime ${p.runtime}` : ''}`;
     const head = h(
       'div',
@@ -117,6 +122,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
       this._elapsed,
       h('span', { className: 'kf-live-spacer' }),
       this._filter,
+      this._suspend,
       this._cancel
     );
     if (this._openPanel) {
@@ -155,44 +161,101 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
 
   // ---------------------------------------------------------------- status
 
-  private async _pollLoop(): Promise<void> {
-    while (this._alive && !this.isDisposed) {
-      try {
-        const job = await api.getJob(this._target, this._payload!.name);
+  /** Subscribe to the job's record and log over the page's one update socket. */
+  private _watch(): void {
+    const hub = api.streamHub();
+    const name = this._payload!.name;
+    this._jobSub = hub.watchJob(this._target, name, { intervalMs: POLL_MS }, {
+      onJob: job => {
         this._showJob(job);
         this._note('');
-      } catch (e) {
-        const err = e as api.ApiError;
-        if (err.status === 404) {
+      },
+      onError: (err, final) => {
+        if (final) {
           this._job = null;
           this._setBadge('Deleted');
-          this._cancel.disabled = true;
+          this._showControls();
           this._note(
-            `The Jupyter server has no job ${this._payload!.name} (deleted, or started with another ` +
+            `The Jupyter server has no job ${name} (deleted, or started with another ` +
               'kubeconfig or job store): this view cannot follow it. The kernel still shows the ' +
               'final state when the cell ends.'
           );
           return;
         }
-        this._note(`Status unavailable (${err.message ?? e}); retrying.`);
+        this._note(`Status unavailable (${err.message}); retrying.`);
       }
-      if (this._job && isFinished(this._job.status)) {
-        return;
+    });
+    this._logSub = hub.watchLogs(this._target, name, LIVE_MAX_LINES, {
+      onStart: () => {
+        this._resetLog(); // a (re)subscription replays the tail
+        this._logState.textContent = 'streaming…';
+      },
+      onRecords: records => {
+        for (const rec of records) {
+          this._onRecord(rec);
+        }
+      },
+      onEnd: () => {
+        for (const held of this._readable.finish()) {
+          this._onRecord(held); // a progress bar still held: shown as it was left
+        }
+        this._logState.textContent = 'job ended; log complete';
+      },
+      onError: (err, retryMs) => {
+        if (err.status === 404) {
+          this._logState.textContent = '';
+          return;
+        }
+        this._logState.textContent =
+          retryMs === null ? `log stream failed (${err.message})` : `log stream failed (${err.message}); retrying`;
       }
-      await new Promise<void>(resolve => {
-        this._pollTimer = window.setTimeout(resolve, POLL_MS);
-      });
-    }
+    });
   }
 
   private _showJob(job: IJob): void {
     this._job = job;
     this._setBadge(statusLabel(job));
-    this._cancel.disabled = this._cancelling || !canCancel(job);
+    this._showControls();
     this._elapsed.textContent = formatDuration(job.creation_time, job.completion_time ?? new Date().toISOString());
     const cause = failureText(job);
     this._failure.hidden = !cause;
     this._failure.textContent = cause;
+  }
+
+  /** Cancel and Suspend/Resume only while they can act (hidden, not greyed, otherwise). */
+  private _showControls(): void {
+    const job = this._job;
+    this._cancel.hidden = !canCancel(job);
+    this._cancel.disabled = this._cancelling;
+    const suspended = job?.status === 'Suspended';
+    this._suspend.hidden = !job || !(suspended || job.status === 'Running' || job.status === 'Created');
+    this._suspend.disabled = this._suspending;
+    if (!this._suspending) {
+      this._suspend.textContent = suspended ? 'Resume' : 'Suspend';
+    }
+    this._suspend.title = suspended
+      ? 'Start the job again (its program starts from the beginning unless it resumes from a checkpoint)'
+      : "Stop the job's processes and keep the job; Resume starts them again";
+  }
+
+  private async _onSuspend(): Promise<void> {
+    if (!this._job) {
+      return;
+    }
+    const suspend = this._job.status !== 'Suspended';
+    this._suspending = true;
+    this._suspend.disabled = true;
+    this._suspend.textContent = suspend ? 'Suspending…' : 'Resuming…';
+    try {
+      await api.setSuspended(this._target, this._payload!.name, suspend);
+      this._note('');
+    } catch (e) {
+      this._note(`${suspend ? 'Suspend' : 'Resume'} failed: ${(e as Error).message ?? e}`);
+    } finally {
+      this._suspending = false;
+      this._jobSub?.refresh();
+      this._showControls();
+    }
   }
 
   private _setBadge(label: string): void {
@@ -213,6 +276,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._cancelling = true;
     this._cancel.disabled = true;
     this._cancel.textContent = 'Cancelling…';
+    this._suspend.hidden = true;
     try {
       const result = await api.cancelJob(this._target, this._payload!.name);
       this._showJob(result.job);
@@ -222,53 +286,11 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     } finally {
       this._cancelling = false;
       this._cancel.textContent = 'Cancel';
-      this._cancel.disabled = !canCancel(this._job);
+      this._showControls();
     }
   }
 
   // ---------------------------------------------------------------- logs
-
-  private async _streamLoop(): Promise<void> {
-    let failures = 0;
-    while (this._alive && !this.isDisposed) {
-      this._abort = new AbortController();
-      this._resetLog(); // a (re)connection replays the tail
-      this._logState.textContent = 'streaming…';
-      let ended = false;
-      try {
-        await api.streamLogs(
-          this._target,
-          this._payload!.name,
-          {
-            onRecord: rec => this._onRecord(rec),
-            onEnd: reason => {
-              ended = reason === 'end';
-              for (const held of this._readable.finish()) {
-                this._onRecord(held); // a progress bar still held: shown as it was left
-              }
-            }
-          },
-          this._abort.signal,
-          LIVE_MAX_LINES
-        );
-      } catch (e) {
-        if (!this._alive || this._abort?.signal.aborted) {
-          return;
-        }
-        if ((e as api.ApiError).status === 404) {
-          this._logState.textContent = '';
-          return;
-        }
-        this._logState.textContent = `log stream failed (${(e as Error).message ?? e}); retrying`;
-      }
-      if (ended || (this._job && isFinished(this._job.status))) {
-        this._logState.textContent = 'job ended; log complete';
-        return;
-      }
-      failures += 1;
-      await new Promise(resolve => setTimeout(resolve, Math.min(30000, 1000 * 2 ** Math.min(failures, 5))));
-    }
-  }
 
   private _resetLog(): void {
     this._readable = new ReadableLog();
@@ -387,10 +409,10 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _payload: IJobPayload | null = null;
   private _target: api.ITarget = { backend: 'local' };
   private _job: IJob | null = null;
-  private _alive = false;
   private _cancelling = false;
-  private _abort: AbortController | null = null;
-  private _pollTimer = 0;
+  private _suspending = false;
+  private _jobSub: IJobSubscription | null = null;
+  private _logSub: ISubscription | null = null;
   private _flushHandle = 0;
   private _lines: RingBuffer<ILogRecord>;
   private _readable = new ReadableLog();
@@ -401,6 +423,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _elapsed!: HTMLSpanElement;
   private _filter!: HTMLSelectElement;
   private _cancel!: HTMLButtonElement;
+  private _suspend!: HTMLButtonElement;
   private _notice!: HTMLDivElement;
   private _failure!: HTMLPreElement;
   private _chart!: MetricsChart;

@@ -1,0 +1,182 @@
+"""Real-browser tests of the lab extension's views under load (issues 20 and 22), one JupyterLab for
+the module, Debian's Chromium.
+
+Twelve live monitors (a sweep, several cells) once held twelve HTTP/1.1 log streams; Chromium
+opens 6 connections per host, so saving, the file browser and the sidebar waited behind them
+(`GET /api/contents` took over 20 s). Now the page holds one WebSocket for every monitor and
+panel: with 12 live monitors the contents API, saving and the file browser answer within 1 s,
+and the page opens exactly one update socket and no log stream. The "Full log" links carry no
+token (the login cookie authenticates them). Screenshots go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, open_notebook, write_notebook
+from tests.browser.test_lab_live import CELLS_CSS, DONE, _budget, _run_cell
+
+pytestmark = pytest.mark.slow
+
+MONITORS = 12
+
+
+def ticker() -> None:
+    """Prints a numbered tick twice a second for ten minutes (the test deletes the job)."""
+    import time
+
+    for i in range(1200):
+        print(f"tick {i}", flush=True)
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def ticking(lab: dict) -> Iterator[str]:
+    """A running local job in the lab's job store that has printed its first tick."""
+    from kf_jupyter import LocalBackendConfig, MPITrainer, TrainerClient
+
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    name = client.train(MPITrainer(func=ticker, num_proc_per_node=1))
+    deadline = time.monotonic() + 180
+    while not any(r.line.startswith("tick") for r in client.iter_log_records(name)):
+        assert time.monotonic() < deadline, f"job {name} printed no tick within 180 s"
+        time.sleep(0.2)
+    yield name
+    client.delete_job(name)
+
+
+def _monitors_cell(name: str) -> str:
+    payload = {"version": 1, "name": name, "backend": "local", "namespace": None, "runtime": ""}
+    return (
+        "from IPython.display import display\n"
+        f"for i in range({MONITORS}):\n"
+        f"    display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
+    )
+
+
+def _contents_ms(page: Any, token: str) -> float:
+    """Milliseconds the page's own fetch of the contents API (what the file browser and saving
+    use) takes, on the page's connection pool."""
+    return page.evaluate(
+        """async tok => {
+          const t = performance.now();
+          const r = await fetch('/api/contents?content=1&_=' + Date.now(),
+                                {headers: {Authorization: 'token ' + tok}});
+          await r.json();
+          return performance.now() - t;
+        }""",
+        token,
+    )
+
+
+@pytest.mark.reliability(
+    scenario="12 live monitors of a running job on one page: the page holds one update socket "
+    "and no log stream; the contents API, saving and the file browser answer within 1 s",
+    area="server",
+)
+def test_twelve_live_monitors_leave_saving_and_the_file_browser_fast(
+    lab: dict, ticking: str, record_property: Any
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    write_notebook(lab, "many.ipynb", ["%load_ext kf_jupyter", _monitors_cell(ticking), "x = 1"])
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        sockets: list[str] = []
+        streams: list[str] = []
+        page.on("websocket", lambda ws: sockets.append(ws.url))
+        page.on(
+            "request",
+            lambda r: streams.append(r.url) if "/kf-jupyter/api/jobs/" in r.url else None,
+        )
+        try:
+            open_notebook(page, lab, "many.ipynb")
+            _run_cell(page, 1)
+            cell = page.locator(CELLS_CSS).nth(1)
+            expect(cell.locator(".jp-InputPrompt")).to_have_text(DONE, timeout=60_000)
+            monitors = cell.locator(".kf-LiveMonitor")
+            expect(monitors).to_have_count(MONITORS, timeout=30_000)
+            for i in range(MONITORS):
+                expect(monitors.nth(i).locator(".kf-log-line", has_text="tick")).not_to_have_count(
+                    0, timeout=60_000
+                )
+                expect(monitors.nth(i).locator(".kf-live-status")).to_have_text("Running")
+            # every monitor keeps receiving: its newest tick moves on
+            first = monitors.nth(MONITORS - 1).locator(".kf-log-line").last.inner_text()
+            expect(monitors.nth(MONITORS - 1).locator(".kf-log-line").last).not_to_have_text(
+                first, timeout=10_000
+            )
+            page.screenshot(path=str(ARTIFACTS / "twelve-monitors.png"))
+
+            budget = _budget(1.0)
+            contents = max(_contents_ms(page, lab["token"]) for _ in range(3)) / 1000
+
+            # saving: edit a cell, Ctrl+S, until the notebook is no longer dirty
+            page.locator(CELLS_CSS).nth(2).locator(".jp-InputArea-editor").click()
+            page.keyboard.type(" + 1")
+            expect(page.locator(".jp-Document.jp-mod-dirty, .jp-mod-dirty")).not_to_have_count(0)
+            start = time.monotonic()
+            page.keyboard.press("Control+s")
+            expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
+            save = time.monotonic() - start
+
+            # the file browser: a new file appears after a refresh
+            refresh = page.locator(".jp-FileBrowser [data-command='filebrowser:refresh']")
+            if not refresh.is_visible():
+                page.locator(".jp-SideBar [data-id='filebrowser']").click()
+            (lab["notebooks"] / "new-file.txt").write_text("hello")
+            start = time.monotonic()
+            refresh.click()
+            expect(page.locator(".jp-DirListing-itemText", has_text="new-file.txt")).to_have_count(
+                1, timeout=30_000
+            )
+            listing = time.monotonic() - start
+            print(
+                f"{MONITORS} live monitors: contents API {contents:.3f} s, save {save:.3f} s, "
+                f"file browser {listing:.3f} s (budget {budget:.2f} s)"
+            )
+            record_property("contents_api_s", round(contents, 3))
+            record_property("save_s", round(save, 3))
+            record_property("file_browser_s", round(listing, 3))
+            assert contents < budget and save < budget and listing < budget, (
+                contents,
+                save,
+                listing,
+                budget,
+            )
+            # one update connection for the page; no per-monitor log stream or status poll
+            assert [u for u in sockets if "/kf-jupyter/api/stream" in u] != []
+            assert len([u for u in sockets if "/kf-jupyter/api/stream" in u]) == 1, sockets
+            assert [u for u in streams if "/logs" in u] == [], streams
+
+            # "Full log": no token in the link; the login cookie authenticates it
+            link = monitors.nth(0).locator("a.kf-link", has_text="Full log")
+            href = link.get_attribute("href") or ""
+            assert "token" not in href, href
+            log_page = context.new_page()
+            log_page.goto(href if href.startswith("http") else lab["url"] + href)
+            assert "tick" in log_page.inner_text("body")
+            log_page.close()
+            # the job panel's link too
+            monitors.nth(0).locator(".kf-live-open").click()
+            panel = page.locator(".kf-JobPanel")
+            expect(panel).to_be_visible(timeout=30_000)
+            expect(panel.locator(".kf-log-line", has_text="tick")).not_to_have_count(
+                0, timeout=30_000
+            )
+            panel_href = panel.locator("a.kf-link").get_attribute("href") or ""
+            assert panel_href and "token" not in panel_href, panel_href
+            assert len([u for u in sockets if "/kf-jupyter/api/stream" in u]) == 1, sockets
+            assert [u for u in streams if "/logs" in u] == [], streams
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "twelve-monitors-failure.png"))
+            raise
+        finally:
+            browser.close()
