@@ -85,6 +85,7 @@ class LogState:
         self.eta_seconds: int | None = None
         self._marker_metrics: set[str] = set()
         self._marker_progress = False
+        self._record_progress = False  # the job's record (trainerStatus) gave a progress
         self._trainer_status_time: Any = None
         self.result_line: str | None = None
         self.last_error_source: str | None = None
@@ -196,7 +197,7 @@ class LogState:
 
     def _report(self, rec: dict[str, Any]) -> None:
         prog = rec.get("progress")
-        if isinstance(prog, int | float):
+        if isinstance(prog, int | float) and not self._record_progress:
             self.progress = min(1.0, max(0.0, float(prog)))
             self._marker_progress = True
         step = rec.get("step")
@@ -208,17 +209,20 @@ class LogState:
     def apply_trainer_status(self, status: Any) -> None:
         """Take a job's `trainer_status` (KEP-2779; posted by the SDK, Transformers, report()).
 
-        The ETA always comes from it; progress and metric points only where no log marker
-        gave them (markers are sent for every report, the status at most once per 5 s), one
-        point per new `last_updated_time`.
+        Progress and ETA come from it whenever it has them: the job's record is the one source
+        the sidebar, the job panel and `%kf_jobs` read too, so every view shows the same number
+        (issue 22); log markers give progress only to a job without a recorded one. Metric
+        points come from it only where no log marker gave them (markers are sent for every
+        report, the status at most once per 5 s), one point per new `last_updated_time`.
         """
         if status is None or status.last_updated_time == self._trainer_status_time:
             return
         self._trainer_status_time = status.last_updated_time
         from ..progress import numeric_metrics
 
-        if status.progress_percentage is not None and not self._marker_progress:
+        if status.progress_percentage is not None:
             self.progress = min(1.0, max(0.0, status.progress_percentage / 100))
+            self._record_progress = True
         self.eta_seconds = status.estimated_remaining_seconds
         metrics = numeric_metrics(status)
         step = metrics.pop("current_step", metrics.pop("step", None))

@@ -10,7 +10,18 @@ import * as api from './api';
 import { MetricsChart } from './chart';
 import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
-import { failureText, formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
+import {
+  displayStatus,
+  failureText,
+  formatAge,
+  formatDuration,
+  formatNodes,
+  formatTime,
+  IJob,
+  IJobEvent,
+  isFinished,
+  statusKey
+} from './jobs';
 import { LiveLines } from './livelines';
 import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { LogQueue } from './logqueue';
@@ -272,15 +283,16 @@ export class JobPanel extends Widget {
     // an ended job has nothing to suspend: no greyed button that looks like it could
     this._suspend.hidden = isFinished(job.status) || job.status === 'Deleted';
     this._suspend.disabled = false;
-    setBadge(this._badge, job.status, statusKey(job.status));
+    const label = displayStatus(job);
+    setBadge(this._badge, label, statusKey(label));
     const created = job.creation_time
-      ? [`${job.creation_time} (`, ageNode(job.creation_time, ' ago'), ')']
+      ? [`${formatTime(job.creation_time)} (`, ageNode(job.creation_time, ' ago'), ')']
       : ['-'];
     const rows: [string, string | (string | Node)[]][] = [
       ['Framework', job.framework || '-'],
       ['Runtime', job.runtime || '-'],
       ['Backend', `${job.backend || this.target.backend}${this.target.namespace ? ` / ${this.target.namespace}` : ''}`],
-      ['Nodes', formatNodes(job)],
+      ['Shape', formatNodes(job)],
       ['Created', created]
     ];
     const d = formatDuration(job.creation_time, job.completion_time);
@@ -288,22 +300,27 @@ export class JobPanel extends Widget {
       rows.push(['Duration', d]);
     }
     if (job.steps?.length) {
-      rows.push(['Steps', job.steps.map(s => `${s.name}: ${s.status}`).join(', ')]);
+      // a cancelled job's steps were stopped, not failed: say it as the badge does
+      const stepStatus = (st: string): string => (label === 'Cancelled' && st === 'Failed' ? 'Cancelled' : st);
+      rows.push(['Steps', job.steps.map(s => `${s.name}: ${stepStatus(s.status)}`).join(', ')]);
     }
-    const progress = progressText(job.trainer_status);
+    const progress = progressText(job.trainer_status, job.status);
     if (progress) {
       rows.push(['Progress', progress]);
     }
-    if (this._feed.add(job.trainer_status)) {
-      this._chart.render(this._metrics);
-    }
+    this._feed.add(job.trainer_status);
+    this._chart.setJob(job);
+    this._chart.render(this._metrics);
     this._summary.textContent = '';
     for (const [k, v] of rows) {
       this._summary.append(h('dt', {}, k), h('dd', {}, ...(typeof v === 'string' ? [v] : v)));
     }
-    this._message.textContent = failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
+    this._message.textContent =
+      label === 'Cancelled'
+        ? job.message || 'The job was cancelled.'
+        : failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
     const title = this.parent instanceof MainAreaWidget ? this.parent.title : this.title;
-    title.caption = `${this.jobName} (${job.status})`;
+    title.caption = `${this.jobName} (${label})`;
   }
 
   private _renderEvents(events: IJobEvent[]): void {
@@ -317,7 +334,7 @@ export class JobPanel extends Widget {
         h(
           'tr',
           { className: ev.type === 'Warning' ? 'kf-event-warning' : '' },
-          h('td', { title: ev.time ?? '' }, ageNode(ev.time)),
+          h('td', { title: formatTime(ev.time) }, ageNode(ev.time)),
           h('td', {}, ev.type ?? ''),
           h('td', {}, ev.reason ?? ''),
           h('td', {}, ev.message ?? '')

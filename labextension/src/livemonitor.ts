@@ -216,6 +216,10 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._job = job;
     this._setBadge(statusLabel(job));
     this._showControls();
+    this._chart.setJob(job);
+    if (typeof job.trainer_status?.progress_percentage === 'number') {
+      this._chart.node.hidden = false;
+    }
     this._elapsed.textContent = formatDuration(job.creation_time, job.completion_time ?? new Date().toISOString());
     const cause = failureText(job);
     this._failure.hidden = !cause;

@@ -11,6 +11,7 @@ token (the login cookie authenticates them). Screenshots go to tests/artifacts/.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -177,6 +178,86 @@ def test_twelve_live_monitors_leave_saving_and_the_file_browser_fast(
             assert [u for u in streams if "/logs" in u] == [], streams
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "twelve-monitors-failure.png"))
+            raise
+        finally:
+            browser.close()
+
+
+def test_sidebar_says_loading_then_cancelled_in_words_everywhere(lab: dict) -> None:
+    """While the job list loads the sidebar says so (not "No jobs yet"); a cancelled job is
+    Cancelled (not a red Failed) in the sidebar and the job panel, without signal numbers;
+    times are not raw ISO strings and the shape is written in words."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter import LocalBackendConfig, MPITrainer, TrainerClient
+    from kf_jupyter.widgets.monitor import cancel_if_running
+
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    name = client.train(MPITrainer(func=ticker, num_proc_per_node=2))
+    deadline = time.monotonic() + 180
+    while not any(r.line.startswith("tick") for r in client.iter_log_records(name)):
+        assert time.monotonic() < deadline, f"job {name} printed no tick within 180 s"
+        time.sleep(0.2)
+    cancelled, job = cancel_if_running(client, name)
+    assert cancelled and job is not None and (job.status, job.reason) == ("Failed", "Cancelled")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        release: list[Any] = []
+
+        def hold(route: Any) -> None:  # the first job list answers only when the test says so
+            release.append(route)
+
+        jobs_list = re.compile(r"/kf-jupyter/api/jobs\?")
+        page.route(jobs_list, hold)
+        try:
+            page.goto(f"{lab['url']}/lab?reset&token={lab['token']}")
+            page.locator(".jp-SideBar [data-id='kf-jupyter-sidebar']").click(timeout=90_000)
+            sidebar = page.locator("#kf-jupyter-sidebar")
+            empty = sidebar.locator(".kf-empty", has_text="jobs")
+            expect(empty).to_have_text("Loading jobs…", timeout=30_000)
+            expect(sidebar.locator("text=No jobs yet")).to_have_count(0)
+            # the filter's placeholder is not cut off
+            fits = sidebar.locator(".kf-filter").evaluate(
+                "e => { const c = document.createElement('canvas').getContext('2d');"
+                " c.font = getComputedStyle(e).font;"
+                " return c.measureText(e.placeholder).width <= e.clientWidth; }"
+            )
+            assert fits
+            page.screenshot(path=str(ARTIFACTS / "sidebar-loading.png"))
+            page.unroute(jobs_list)
+            for route in release:
+                route.continue_()
+            row = sidebar.locator("li.kf-job", has_text=name)
+            badge = row.locator(".kf-badge")
+            expect(badge).to_have_text("Cancelled", timeout=60_000)
+            expect(badge).to_have_class("kf-badge kf-badge-cancelled")
+            expect(row.locator(".kf-job-nodes")).to_have_text("1 node \u00d7 2 processes")
+            assert "signal" not in (badge.get_attribute("title") or "")
+            assert "T" not in (row.locator(".kf-job-age").get_attribute("title") or "T")
+            # not red: the cancelled badge's colour is not the failed one
+            colours = page.evaluate(
+                """() => ['failed', 'cancelled'].map(k => {
+                     const e = document.createElement('span');
+                     e.className = 'kf-badge kf-badge-' + k;
+                     document.querySelector('#kf-jupyter-sidebar').append(e);
+                     const c = getComputedStyle(e).backgroundColor; e.remove(); return c; })"""
+            )
+            assert colours[0] != colours[1], colours
+            row.locator(".kf-job-name").click()
+            panel = page.locator(".kf-JobPanel")
+            expect(panel.locator(".kf-JobPanel-header .kf-badge")).to_have_text(
+                "Cancelled", timeout=30_000
+            )
+            header = panel.locator(".kf-JobPanel-header").inner_text()
+            assert "signal" not in header and "Failed" not in header, header
+            assert "1 node \u00d7 2 processes" in header, header
+            assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:", header), header  # no raw ISO time
+            # an ended job offers no Suspend (hidden, not a greyed button)
+            expect(panel.locator("button.kf-suspend")).to_be_hidden()
+            page.screenshot(path=str(ARTIFACTS / "panel-cancelled.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "sidebar-cancelled-failure.png"))
             raise
         finally:
             browser.close()
