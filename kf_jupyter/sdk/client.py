@@ -1,7 +1,7 @@
-"""`TrainerClient` with the Kubeflow SDK 0.5.0's methods, signatures and return types.
+"""The work behind the SDK's backends: the Kubeflow SDK 0.5.0's methods on kf-jupyter's client.
 
-SDK code runs on kf-jupyter by changing only its import (`from kubeflow.trainer import ...` ->
-`from kf_jupyter.sdk import ...`), on the local backend (the default here) and on a cluster.
+`KFBackend` is what `KubernetesBackend`, `LocalProcessBackend` and `ContainerBackend`
+(`kf_jupyter.sdk.backends.*`) share, and what `TrainerClient` (`kf_jupyter.sdk.api`) calls.
 Everything is done by kf-jupyter's own `TrainerClient` (`.client`), so jobs submitted either
 way show up in both, in the magics, the job panel and the server extension.
 """
@@ -20,10 +20,10 @@ from ..options import TrainerCommand
 from ..runtimes import Runtime as KFRuntime
 from ..types import STATUSES
 from ..types import TrainJob as KFTrainJob
-from .configs import backend_config as to_backend_config
+from .backends.base import RuntimeBackend
 from .initializers import InitializerOption
 from .options import from_sdk_option
-from .trainers import runtime_config, to_trainer
+from .trainers import builtin_options, runtime_config, to_trainer
 from .types import DEFAULT_TRAINING_RUNTIME, CustomTrainer, Event, Runtime, TrainJob
 from .views import placeholder_runtime, to_sdk_event, to_sdk_job, to_sdk_runtime
 
@@ -51,17 +51,22 @@ def _print_packages() -> None:
         print(subprocess.run(["nvidia-smi"], capture_output=True, text=True, check=False).stdout)
 
 
-class TrainerClient:
-    """The Kubeflow SDK's `TrainerClient`, on kf-jupyter's backends.
+class KFBackend(RuntimeBackend):
+    """The SDK's backend methods on a kf-jupyter `TrainerClient` (`.client`).
 
-    `backend_config`: `KubernetesBackendConfig` for a cluster; `LocalProcessBackendConfig`,
-    `ContainerBackendConfig` or None for kf-jupyter's local backend (every node a local
-    process group). The SDK's own config objects are accepted too.
+    `line_end`: appended to every log line `get_job_logs` yields ("" as the SDK's Kubernetes
+    and local-process backends give lines, "\n" as its container backend does). Attributes of
+    kf-jupyter's backend (`namespace`, `config`, ...) read through.
     """
 
-    def __init__(self, backend_config: Any = None) -> None:
-        self.client = KFTrainerClient(to_backend_config(backend_config))
-        self.backend = self.client.backend
+    def __init__(self, kf_config: Any, line_end: str = "") -> None:
+        self.client = KFTrainerClient(kf_config)
+        self.line_end = line_end
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("client", "line_end"):
+            raise AttributeError(name)
+        return getattr(self.client.backend, name)
 
     @property
     def backend_name(self) -> str:
@@ -86,7 +91,8 @@ class TrainerClient:
         name = self.train(runtime=runtime, trainer=CustomTrainer(func=_print_packages, num_nodes=1))
         try:
             self.wait_for_job_status(name, status={"Complete", "Failed"}, timeout=600)
-            print("\n".join(self.get_job_logs(name)))
+            for line in self.get_job_logs(name):
+                print(line, end="" if line.endswith("\n") else "\n")
         finally:
             self.delete_job(name)
 
@@ -120,7 +126,8 @@ class TrainerClient:
         from `kf_jupyter.sdk.options` or `kubeflow.trainer.options`, or any callable option.
         """
         rt = self._kf_runtime(runtime)
-        if rt.framework == "torchtune" and trainer is not None:
+        builtin = type(trainer).__name__ == "BuiltinTrainer"
+        if rt.framework == "torchtune" and trainer is not None and not builtin:
             raise ValidationError(
                 f"Runtime {rt.name!r} is a torchtune runtime, which takes a BuiltinTrainer, not a "
                 f"{type(trainer).__name__}. Pick a runtime for your own code, such as "
@@ -128,6 +135,8 @@ class TrainerClient:
             )
         ours = to_trainer(trainer, rt, self.backend_name)
         opts = [from_sdk_option(o) for o in _as_list(options)]
+        if builtin:
+            opts = builtin_options(trainer, rt, initializer) + opts
         if initializer is not None:
             opts.append(InitializerOption(initializer))
         if (
@@ -222,12 +231,12 @@ class TrainerClient:
 
     # -- logs -----------------------------------------------------------------------------------
 
-    def get_job_logs(self, name: str, step: str = "node-0", follow: bool = False) -> Iterator[str]:
+    def get_job_logs(self, name: str, follow: bool = False, step: str = "node-0") -> Iterator[str]:
         """The log lines of one step (`node-0` by default, as in the SDK), as an iterator.
 
         With `follow=True` lines arrive while the job runs and the iterator ends with the job
         (it also waits for a job that has not started yet). Each line is as the step printed
-        it; kf-jupyter's own protocol lines are left out.
+        it, ending in `line_end`; kf-jupyter's own protocol lines are left out.
         """
         job = self.client.get_job(name)
         policy = self._policy(job)
@@ -241,7 +250,8 @@ class TrainerClient:
             source = _cluster_source(step, policy)
             records = self.client.iter_log_records(name, step=source, follow=bool(follow))
         # What a person reads (kf_jupyter.logview): no protocol lines, banners or bar updates.
-        return (r.line for r in readable(records))
+        end = self.line_end
+        return (r.line + end for r in readable(records))
 
     def _policy(self, job: KFTrainJob) -> str:
         rt = self._runtimes().get(job.runtime)

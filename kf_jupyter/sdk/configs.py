@@ -1,40 +1,17 @@
-"""The SDK's backend configs, and kf-jupyter's config for each (no I/O)."""
+"""kf-jupyter's backend config for each of the SDK's (no I/O)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from ..backends.kubernetes.config import KubernetesBackendConfig
 from ..backends.local.config import LocalBackendConfig
 from ..errors import ValidationError
+from .backends.container.types import ContainerBackendConfig
+from .backends.localprocess.types import LocalProcessBackendConfig
 
 log = logging.getLogger("kf_jupyter.sdk")
-
-
-@dataclass
-class LocalProcessBackendConfig:
-    """The SDK's local-process backend config; kf-jupyter's local backend runs the job.
-
-    `cleanup_venv` is accepted for compatibility: kf-jupyter builds no per-job venv (packages
-    go into a cached layered environment, see docs/local-backend.md).
-    """
-
-    cleanup_venv: bool = True
-
-
-@dataclass
-class ContainerBackendConfig:
-    """The SDK's Docker/Podman backend config; kf-jupyter runs the job as local processes.
-
-    The fields are accepted for compatibility and not used: no container is started.
-    """
-
-    pull_policy: str = "IfNotPresent"
-    auto_remove: bool = True
-    container_host: str | None = None
-    container_runtime: str | None = None
 
 
 _K8S_FIELDS = ("namespace", "config_file", "context", "client_configuration")
@@ -61,3 +38,6 @@ def backend_config(config: Any) -> LocalBackendConfig | KubernetesBackendConfig:
         f"ContainerBackendConfig (from kf_jupyter.sdk or kubeflow.trainer), kf-jupyter's "
         f"LocalBackendConfig, or None for the local backend; got {kind}."
     )
+
+
+__all__ = ["ContainerBackendConfig", "LocalProcessBackendConfig", "backend_config"]

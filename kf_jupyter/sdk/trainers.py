@@ -1,5 +1,5 @@
-"""An SDK trainer (`CustomTrainer`, `CustomTrainerContainer`, or the SDK's own objects) as
-kf-jupyter's framework trainer and RuntimeConfig (pure functions)."""
+"""An SDK trainer (`CustomTrainer`, `CustomTrainerContainer`, `BuiltinTrainer`, or the SDK's own
+objects) as kf-jupyter's framework trainer, options and RuntimeConfig (pure functions)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,15 @@ from ..config import RuntimeConfig
 from ..errors import ValidationError
 from ..runtimes import Runtime as KFRuntime
 from ..trainers import BaseTrainer, JAXTrainer, MPITrainer, TorchTrainer, XGBoostTrainer
+
+
+@dataclass(kw_only=True)
+class TorchTuneTrainer(BaseTrainer):
+    """The SDK's `BuiltinTrainer` on a torchtune runtime: the runtime's `tune run` recipe,
+    changed by arguments (cluster only: the runtime's initializers bring model and dataset)."""
+
+    supported_frameworks: ClassVar[tuple[str, ...]] = ("torchtune",)
+    policy: ClassVar[str] = "torch"
 
 
 @dataclass(kw_only=True)
@@ -44,6 +53,8 @@ def to_trainer(trainer: Any, runtime: KFRuntime, backend: str) -> BaseTrainer:
     function (cluster only). `None`: the runtime's own defaults.
     """
     kind = _kind(trainer)
+    if kind == "BuiltinTrainer":
+        return _builtin_trainer(trainer, runtime, backend)
     common: dict[str, Any] = {}
     if trainer is not None:
         _check_number("num_nodes", getattr(trainer, "num_nodes", None))
@@ -69,10 +80,19 @@ def to_trainer(trainer: Any, runtime: KFRuntime, backend: str) -> BaseTrainer:
             )
     elif trainer is not None:
         raise ValidationError(
-            f"trainer must be a CustomTrainer or a CustomTrainerContainer, got {kind}. "
-            "BuiltinTrainer (torchtune fine-tuning) is not supported by kf_jupyter.sdk; use the "
-            "Kubeflow SDK itself for it."
+            f"trainer must be a CustomTrainer, a CustomTrainerContainer or a BuiltinTrainer, got "
+            f"{kind}."
         )
+    if backend == "local" and common.get("resources_per_node"):
+        keys = {str(k).lower() for k in common["resources_per_node"]}
+        if keys & {"tpu", "google.com/tpu"}:
+            raise ValidationError(
+                "resources_per_node asks for TPUs (google.com/tpu), and the local backend runs "
+                "your function as processes on this machine, which has no TPU. Submit the job "
+                "to a cluster with TPU nodes with TrainerClient(KubernetesBackendConfig(...)) "
+                "(get_tpu_num_nodes(...) gives num_nodes for a slice), or drop the TPU request "
+                "to try the code locally on CPU."
+            )
     policy = runtime.ml_policy
     if policy == "torch":
         return TorchTrainer(**common)
@@ -85,9 +105,55 @@ def to_trainer(trainer: Any, runtime: KFRuntime, backend: str) -> BaseTrainer:
     return RuntimeFrameworkTrainer(runtime_framework=runtime.framework, **common)
 
 
+def _builtin_trainer(trainer: Any, runtime: KFRuntime, backend: str) -> BaseTrainer:
+    config = getattr(trainer, "config", None)
+    if _kind(config) != "TorchTuneConfig":
+        raise ValidationError(
+            f"The BuiltinTrainer config is invalid: {config!r}. Pass "
+            "BuiltinTrainer(config=TorchTuneConfig(...))."
+        )
+    if runtime.framework != "torchtune":
+        raise ValidationError(
+            f"BuiltinTrainer can't be used with runtime {runtime.name!r} (framework "
+            f"{runtime.framework!r}): it configures the fine-tuning recipe of a torchtune runtime "
+            "such as 'torchtune-llama3.2-1b' (client.list_runtimes() lists them)."
+        )
+    if backend == "local":
+        raise ValidationError(
+            f"BuiltinTrainer fine-tunes the pre-trained model of runtime {runtime.name!r} with "
+            "the torchtune recipe in the runtime's trainer image; on a cluster the runtime's "
+            "initializers first download that model and the dataset into /workspace. The local "
+            "backend runs no images or initializers, so there is no model here to fine-tune. "
+            "Submit it to a cluster with TrainerClient(KubernetesBackendConfig(...)), or, to "
+            "fine-tune locally, write the training loop as a function and run it with "
+            "CustomTrainer(func=...) on 'torch-distributed' (or use TransformersTrainer)."
+        )
+    _check_number("num_nodes", getattr(config, "num_nodes", None))
+    return TorchTuneTrainer(
+        num_nodes=config.num_nodes or None,
+        resources_per_node=config.resources_per_node or None,
+    )
+
+
+def builtin_options(trainer: Any, runtime: KFRuntime, initializer: Any = None) -> list[Any]:
+    """The trainer's command and args for a `BuiltinTrainer`, as the SDK writes them.
+
+    The command is the runtime's entrypoint (`tune run`); the args override the recipe's
+    config (`dtype=bf16`, `model.lora_rank=8`, `dataset.data_dir=/workspace/dataset/...`).
+    """
+    from ..options import TrainerArgs, TrainerCommand
+    from .backends.kubernetes.utils import get_args_using_torchtune_config
+    from .constants.constants import TORCH_TUNE_COMMAND
+
+    opts: list[Any] = [TrainerCommand(list(TORCH_TUNE_COMMAND))]
+    args = get_args_using_torchtune_config(trainer.config, initializer)
+    opts.append(TrainerArgs(args))
+    return opts
+
+
 def runtime_config(trainer: Any) -> RuntimeConfig | None:
     """Packages, index URLs and env of an SDK trainer as kf-jupyter's RuntimeConfig."""
-    if trainer is None:
+    if trainer is None or _kind(trainer) == "BuiltinTrainer":
         return None
     packages = getattr(trainer, "packages_to_install", None)
     urls = getattr(trainer, "pip_index_urls", None)

@@ -1,4 +1,4 @@
-"""The Kubeflow SDK 0.5.0's training options, as `kubeflow.trainer.options` names them.
+"""The Kubeflow SDK 0.5.0's Kubernetes options (`kubeflow.trainer.options.kubernetes`).
 
 `Name`, `Labels`, `Annotations`, `TrainerCommand`, `TrainerArgs` and `ActiveDeadlineSeconds` are
 kf-jupyter's own options (they also work on the local backend, where the SDK refuses most of
@@ -13,9 +13,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import options as _kf
-from ..errors import OptionError
-from ..options import ActiveDeadlineSeconds, Annotations, Labels, Name, TrainerArgs, TrainerCommand
+from ... import options as _kf
+from ...errors import OptionError
+from ...options import ActiveDeadlineSeconds, Annotations, Labels, Name, TrainerArgs, TrainerCommand
+from ..backends.base import RuntimeBackend
+from ..types.types import BuiltinTrainer, CustomTrainer, CustomTrainerContainer
 
 SDK_MANAGER = "trainer.kubeflow.org/kubeflow-sdk"
 
@@ -192,9 +194,13 @@ def from_sdk_option(option: Any) -> Any:
 
 
 __all__ = [
+    "SDK_MANAGER",
     "ActiveDeadlineSeconds",
     "Annotations",
+    "BuiltinTrainer",
     "ContainerPatch",
+    "CustomTrainer",
+    "CustomTrainerContainer",
     "JobSetSpecPatch",
     "JobSetTemplatePatch",
     "JobSpecPatch",
@@ -204,10 +210,12 @@ __all__ = [
     "PodSpecPatch",
     "PodTemplatePatch",
     "ReplicatedJobPatch",
+    "RuntimeBackend",
     "RuntimePatch",
     "TrainerArgs",
     "TrainerCommand",
     "TrainingRuntimeSpecPatch",
     "from_sdk_option",
+    "is_sdk_object",
     "patch_to_dict",
 ]

@@ -6,6 +6,7 @@ back (`Runtime`, `RuntimeTrainer`, `TrainJob`, `Step`, `Event`). Plain dataclass
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,95 @@ class RuntimeKind(Enum):
 
     CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
     TRAINING_RUNTIME = "TrainingRuntime"
+
+
+class Loss(Enum):
+    """The loss function of the TorchTune fine-tuning trainer."""
+
+    CEWithChunkedOutputLoss = "torchtune.modules.loss.CEWithChunkedOutputLoss"
+
+
+class DataType(Enum):
+    """The data type of model and optimizer parameters for TorchTune (bf16 or fp32)."""
+
+    BF16 = "bf16"
+    FP32 = "fp32"
+
+
+class DataFormat(Enum):
+    """The file type of a TorchTune instruct dataset."""
+
+    JSON = "json"
+    CSV = "csv"
+    PARQUET = "parquet"
+    ARROW = "arrow"
+    TEXT = "text"
+    XML = "xml"
+
+
+@dataclass
+class TorchTuneInstructDataset:
+    """A custom instruct dataset for TorchTune (`torchtune.datasets.instruct_dataset`).
+
+    `source`: the file type; `split`: e.g. "train[:10%]"; `train_on_input`: also train on the
+    prompt; `new_system_prompt`: a system message to prepend; `column_map`: the dataset's
+    names for the "input" and "output" columns.
+    """
+
+    source: DataFormat | None = None
+    split: str | None = None
+    train_on_input: bool | None = None
+    new_system_prompt: str | None = None
+    column_map: dict[str, str] | None = None
+
+
+@dataclass
+class LoraConfig:
+    """LoRA / QLoRA / DoRA settings for TorchTune fine-tuning (each None: the recipe's value)."""
+
+    apply_lora_to_mlp: bool | None = None
+    apply_lora_to_output: bool | None = None
+    lora_attn_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "v_proj", "output_proj"]
+    )
+    lora_rank: int | None = None
+    lora_alpha: int | None = None
+    lora_dropout: float | None = None
+    quantize_base: bool | None = None
+    use_dora: bool | None = None
+
+
+@dataclass
+class TorchTuneConfig:
+    """What to change in a torchtune runtime's fine-tuning recipe (None: the recipe's value).
+
+    Becomes `tune run` arguments (`dtype=bf16`, `batch_size=4`, `model.lora_rank=8`, ...) on the
+    runtime's trainer, exactly as the Kubeflow SDK writes them.
+    """
+
+    dtype: DataType | None = None
+    batch_size: int | None = None
+    epochs: int | None = None
+    loss: Loss | None = None
+    num_nodes: int | None = None
+    peft_config: LoraConfig | None = None
+    dataset_preprocess_config: TorchTuneInstructDataset | None = None
+    resources_per_node: dict[str, Any] | None = None
+
+
+@dataclass
+class BuiltinTrainer:
+    """A trainer built into the runtime (TorchTune fine-tuning), configured by `config`.
+
+    Runs on a cluster, on a torchtune runtime (`torchtune-llama3.2-1b`, ...), whose initializers
+    download the pre-trained model and the dataset. The local backend cannot run it.
+    """
+
+    config: TorchTuneConfig
+
+
+#: The framework label of the runtimes that take a `BuiltinTrainer` ("torchtune").
+TORCH_TUNE = "torchtune"
 
 
 class TrainerType(Enum):
@@ -149,7 +239,7 @@ class Event:
 
 
 @dataclass
-class BaseInitializer:
+class BaseInitializer(abc.ABC):
     """What every initializer has: where the data or model comes from."""
 
     storage_uri: str
@@ -177,6 +267,37 @@ class S3DatasetInitializer(BaseInitializer):
     def __post_init__(self) -> None:
         if not self.storage_uri.startswith("s3://"):
             raise ValueError(f"storage_uri must start with 's3://', got {self.storage_uri}")
+
+
+@dataclass
+class DataCacheInitializer(BaseInitializer):
+    """A distributed data cache (`cache://<SCHEMA>/<TABLE>`) in front of an Iceberg table.
+
+    `metadata_loc`: the table's metadata file; `num_data_nodes` (> 1): cache data nodes;
+    `head_cpu`, `head_mem`, `worker_cpu`, `worker_mem`: their resources; `iam_role`: the role
+    that reads `metadata_loc`. Runs on a cluster with the data cache installed.
+    """
+
+    metadata_loc: str
+    num_data_nodes: int
+    head_cpu: str | None = None
+    head_mem: str | None = None
+    worker_cpu: str | None = None
+    worker_mem: str | None = None
+    iam_role: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_data_nodes, bool) or not isinstance(self.num_data_nodes, int):
+            raise ValueError(f"num_data_nodes must be a whole number, got {self.num_data_nodes!r}")
+        if self.num_data_nodes <= 1:
+            raise ValueError(f"num_data_nodes must be greater than 1, got {self.num_data_nodes}")
+        if not self.storage_uri.startswith("cache://"):
+            raise ValueError(f"storage_uri must start with 'cache://', got {self.storage_uri}")
+        if len(self.storage_uri[len("cache://") :].split("/")) != 2:
+            raise ValueError(
+                "storage_uri must be in format 'cache://<SCHEMA_NAME>/<TABLE_NAME>', got "
+                f"{self.storage_uri}"
+            )
 
 
 @dataclass
@@ -211,26 +332,58 @@ class S3ModelInitializer(BaseInitializer):
 class Initializer:
     """The dataset and model a cluster downloads into /workspace before training."""
 
-    dataset: Any = None
-    model: Any = None
+    dataset: HuggingFaceDatasetInitializer | S3DatasetInitializer | DataCacheInitializer | None = (
+        None
+    )
+    model: HuggingFaceModelInitializer | S3ModelInitializer | None = None
+
+
+@dataclass
+class TrainJobTemplate:
+    """A reusable TrainJob: the trainer, and optionally the runtime and initializer.
+
+    It unpacks into `train()`: `client.train(**template)` (and `client.train(**template,
+    options=[...])`) submits it; `runtime` None means the default runtime.
+    """
+
+    trainer: CustomTrainer
+    runtime: str | Runtime | None = None
+    initializer: Initializer | None = None
+
+    def keys(self) -> list[str]:
+        """The argument names `**template` passes to `train()`."""
+        return ["trainer", "runtime", "initializer"]
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
 
 
 __all__ = [
     "DATASET_PATH",
     "MODEL_PATH",
+    "TORCH_TUNE",
     "BaseInitializer",
+    "BuiltinTrainer",
     "CustomTrainer",
     "CustomTrainerContainer",
+    "DataCacheInitializer",
+    "DataFormat",
+    "DataType",
     "Event",
     "HuggingFaceDatasetInitializer",
     "HuggingFaceModelInitializer",
     "Initializer",
+    "LoraConfig",
+    "Loss",
     "Runtime",
     "RuntimeKind",
     "RuntimeTrainer",
     "S3DatasetInitializer",
     "S3ModelInitializer",
     "Step",
+    "TorchTuneConfig",
+    "TorchTuneInstructDataset",
     "TrainJob",
+    "TrainJobTemplate",
     "TrainerType",
 ]

@@ -1,0 +1,1 @@
+"""`kubeflow.trainer.api`: the SDK's `TrainerClient` lives in `.trainer_client`, as in the SDK."""

@@ -1,0 +1,1 @@
+"""`kubeflow.trainer.backends.container.adapters`: container engines (none used by kf-jupyter)."""

@@ -1,0 +1,1 @@
+"""`kubeflow.trainer.backends.kubernetes`: the SDK's cluster backend on kf-jupyter's."""

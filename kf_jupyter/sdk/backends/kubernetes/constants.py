@@ -1,0 +1,1 @@
+"""Kubernetes backend constants (`kubeflow.trainer.backends.kubernetes.constants`; none yet)."""
