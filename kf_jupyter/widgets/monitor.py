@@ -119,8 +119,13 @@ class JobMonitor:
         self.waiting = ""  # why a Created/Suspended job is not running (reason: message)
 
         self.header = w.HTML(self._header_html())
+        # a description labels the select (axe: select-name), as the lab monitor's aria-label
         self.rank_filter = w.Dropdown(
-            options=[("all ranks", "")], value="", layout=w.Layout(width="140px")
+            options=[("all ranks", "")],
+            value="",
+            description="Show",
+            style={"description_width": "initial"},
+            layout=w.Layout(width="180px"),
         )
         self.cancel_button = w.Button(
             description="Cancel",

@@ -17,10 +17,22 @@ from ..constants import REPORT_PREFIX, RESULT_PREFIX
 from ..logview import DumpFolder, collapse_cr, is_banner, is_update
 from ..report import parse_report
 
-#: Rank prefix colours (readable on light and dark themes). The lab extension has the same list
-#: and the same `source_colour_index` (labextension/src/palette.ts; a test keeps them equal), so a
-#: rank has one colour in the monitor, the static output and the lab panel.
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+#: Rank prefix colours, each at least 4.5:1 against a light theme's backgrounds (white, #eee).
+#: The lab extension has the same list and the same `source_colour_index`
+#: (labextension/src/palette.ts; a test keeps them equal), so a rank has one colour in the
+#: monitor, the static output and the lab panel; its stylesheet swaps in PALETTE_DARK (each at
+#: least 4.5:1 against #111 and #212121) under a dark theme, by the `kf-src-N` class.
+PALETTE = ("#1d6ea7", "#c92526", "#217821", "#824eb2", "#a74e00", "#0e727c", "#8c564b", "#b9268c")
+PALETTE_DARK = (
+    "#3d9cde",
+    "#e67374",
+    "#2fac2f",
+    "#ab87cb",
+    "#ff7f0e",
+    "#17becf",
+    "#bc8b81",
+    "#e377c2",
+)
 _ANSI = (34, 31, 32, 35, 33, 36, 90, 95)
 #: Lines of kf-jupyter's own protocol (reports, results, ...): they drive the monitor, never shown.
 PROTOCOL_PREFIX = "##kf-jupyter:"
@@ -59,8 +71,10 @@ def log_box_html(body: str, max_height: str | None = "24em") -> str:
         if max_height
         else ""
     )
+    # a scroll box is reachable from the keyboard (axe: scrollable-region-focusable)
+    focus = " tabindex='0' role='log' aria-label='Job log'" if max_height else ""
     return (
-        f"<div class='kf-log-box' style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
+        f"<div class='kf-log-box'{focus} style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
         "margin:0;font-family:monospace;font-size:12px;line-height:1.3;white-space:pre-wrap;"
         f"overflow-wrap:break-word;word-break:normal'>{body}</pre></div>"
     )
@@ -266,7 +280,11 @@ class LogState:
         for s, ln in rows:
             colour = source_colour(s)
             prefix = html.escape(f"[{s}]")  # a source is a log file's name: anything at all
-            parts.append(f"<span style='color:{colour}'>{prefix}</span> {html.escape(ln)}")
+            # the class lets a dark theme swap in PALETTE_DARK (the lab extension's stylesheet)
+            parts.append(
+                f"<span class='kf-src-{source_colour_index(s)}' style='color:{colour}'>{prefix}"
+                f"</span> {html.escape(ln)}"
+            )
         return log_box_html("\n".join(parts))
 
     def failure_tail(self, job: Any = None) -> tuple[str, list[str]]:
@@ -313,7 +331,9 @@ class LogState:
                     label,
                     f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
                     f"class='kf-chart' data-metric='{html.escape(name)}'>"
-                    f"<rect width='100%' height='100%' fill='none' stroke='#ccc'/>"
+                    # its own white ground: the chart may be an <img> (no theme colours reach
+                    # it), and #444 on white is 9.7:1 in a light and a dark theme alike
+                    f"<rect width='100%' height='100%' fill='#fff' stroke='#ccc'/>"
                     f"<text x='{pad}' y='12' font-size='11' fill='#444'>{html.escape(label)}</text>"
                     f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{pts}'/>"
                     "</svg>",

@@ -28,7 +28,7 @@ import { LogQueue } from './logqueue';
 import { IReport, MetricSeries, parseReport } from './metrics';
 import { progressText, TrainerStatusFeed } from './progress';
 import { RingBuffer } from './ringbuffer';
-import { sourceColour } from './palette';
+import { sourceClass } from './palette';
 import { messageOf } from './sidebar';
 import { IJobSubscription, ISubscription } from './stream';
 
@@ -119,8 +119,10 @@ export class JobPanel extends Widget {
     this._summary = h('dl', { className: 'kf-summary' });
     this._message = h('div', { className: 'kf-job-message' });
     this._error = h('div', { className: 'kf-error', role: 'alert', hidden: true });
+    // a div, not <header>: inside JupyterLab's main area a <header> is a banner landmark nested
+    // in another landmark (axe: landmark-banner-is-top-level)
     const head = h(
-      'header',
+      'div',
       { className: 'kf-JobPanel-header' },
       h('h2', { className: 'kf-JobPanel-title' }, this.jobName, ' ', this._badge, ' ', this._suspendButton()),
       this._summary,
@@ -437,8 +439,7 @@ export class JobPanel extends Widget {
   private _lineNode(rec: ILogRecord, isReport: boolean): HTMLDivElement {
     const el = h('div', { className: `kf-log-line${isReport ? ' kf-log-report' : ''}` });
     if (rec.source) {
-      const src = h('span', { className: 'kf-log-source' }, `[${rec.source}] `);
-      src.style.color = sourceColour(rec.source); // the same colour as in the notebook monitor
+      const src = h('span', { className: `kf-log-source ${sourceClass(rec.source)}` }, `[${rec.source}] `);
       el.append(src);
     }
     el.append(rec.line);

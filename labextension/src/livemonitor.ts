@@ -34,7 +34,7 @@ import {
 import { LiveLines } from './livelines';
 import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { MetricSeries, parseReport } from './metrics';
-import { sourceColour } from './palette';
+import { sourceClass } from './palette';
 import { RingBuffer } from './ringbuffer';
 
 /** Lines kept in the monitor's log view. */
@@ -367,8 +367,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     const el = h('div', { className: 'kf-log-line' });
     if (rec.source) {
       el.dataset.source = rec.source;
-      const src = h('span', { className: 'kf-log-source' }, `[${rec.source}] `);
-      src.style.color = sourceColour(rec.source);
+      const src = h('span', { className: `kf-log-source ${sourceClass(rec.source)}` }, `[${rec.source}] `);
       el.append(src);
     }
     el.append(rec.line);

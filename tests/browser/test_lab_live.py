@@ -135,7 +135,7 @@ def test_monitor_filter_and_cancel_work_while_the_cell_blocks(lab: dict) -> None
             colours = {
                 src: log.locator(
                     f".kf-log-line[data-source='{src}'] .kf-log-source"
-                ).first.evaluate("e => e.style.color")
+                ).first.evaluate("e => getComputedStyle(e).color")
                 for src in ("rank-0", "rank-1")
             }
             assert colours["rank-0"] != colours["rank-1"], colours

@@ -11,6 +11,7 @@ token (the login cookie authenticates them). Screenshots go to tests/artifacts/.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -18,7 +19,15 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, open_notebook, write_notebook
+from tests.browser.conftest import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CONTRAST_JS,
+    axe_violations,
+    open_notebook,
+    write_notebook,
+)
 from tests.browser.test_lab_live import CELLS_CSS, DONE, _budget, _run_cell
 
 pytestmark = pytest.mark.slow
@@ -258,6 +267,144 @@ def test_sidebar_says_loading_then_cancelled_in_words_everywhere(lab: dict) -> N
             page.screenshot(path=str(ARTIFACTS / "panel-cancelled.png"))
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "sidebar-cancelled-failure.png"))
+            raise
+        finally:
+            browser.close()
+
+
+VIEWS = ".kf-LiveMonitor, .kf-JobPanel, #kf-jupyter-sidebar, .kf-monitor-static"
+
+
+def _set_theme(lab: dict, theme: str) -> None:
+    settings = lab["state"].parent / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_every_text_of_our_views_has_contrast_and_axe_finds_nothing(
+    lab: dict, ticking: str, theme: str
+) -> None:
+    """Monitor (live and finished), job panel and sidebar, light and dark: every text at
+    4.5:1 or more against what it is drawn on, theme colours (no fixed #444), and zero axe-core
+    violations in our views."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter.types import TrainJob
+    from kf_jupyter.widgets.state import LogState
+    from kf_jupyter.widgets.static import final_bundle
+
+    st = LogState()
+    for s in range(12):
+        rec = {"step": s, "progress": (s + 1) / 12, "metrics": {"loss": 1.0 / (s + 1)}}
+        st.add("rank-0", "##kf-jupyter:report " + json.dumps(rec))
+        for r in range(8):  # every palette colour
+            st.add(f"rank-{r}", f"rank {r} step {s}")
+    done = TrainJob(name="torch-0badc0de", status="Complete", backend="local")
+    static = final_bundle(st, done, done.name, "local")
+    payload = {"version": 1, "name": ticking, "backend": "local", "runtime": ""}
+    cells = [
+        "from IPython.display import display\n"
+        f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)\n"
+        f"display({static!r}, raw=True)"
+    ]
+    slug = "dark" if "Dark" in theme else "light"
+    write_notebook(lab, f"theme-{slug}.ipynb", cells)
+    _set_theme(lab, theme)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                open_notebook(page, lab, f"theme-{slug}.ipynb")
+                light = "Light" in theme
+                expect(page.locator("body")).to_have_attribute(
+                    "data-jp-theme-light", "true" if light else "false", timeout=30_000
+                )
+                _run_cell(page, 0)
+                monitor = page.locator(".kf-LiveMonitor")
+                expect(monitor.locator(".kf-log-line", has_text="tick")).not_to_have_count(
+                    0, timeout=60_000
+                )
+                expect(page.locator(".kf-monitor-static")).to_have_count(1, timeout=30_000)
+                page.locator(".jp-SideBar [data-id='kf-jupyter-sidebar']").click()
+                expect(page.locator("#kf-jupyter-sidebar li.kf-job").first).to_be_visible(
+                    timeout=60_000
+                )
+                page.wait_for_timeout(1500)  # charts rendered
+                # the notebook in front: live monitor, finished view, sidebar
+                page.screenshot(path=str(ARTIFACTS / f"views-{slug}-notebook.png"))
+                found = page.evaluate(CONTRAST_JS, VIEWS)
+                assert found["checked"] > 50, found
+                assert found["bad"] == [], found["bad"]
+                assert axe_violations(page, VIEWS) == []
+                # the job panel in front
+                monitor.locator(".kf-live-open").click()
+                expect(page.locator(".kf-JobPanel .kf-log-line").first).to_be_visible(
+                    timeout=30_000
+                )
+                page.wait_for_timeout(1500)  # events rendered
+                page.screenshot(path=str(ARTIFACTS / f"views-{slug}-panel.png"))
+                found = page.evaluate(CONTRAST_JS, VIEWS)
+                assert found["checked"] > 50, found
+                assert found["bad"] == [], found["bad"]
+                assert axe_violations(page, VIEWS) == []
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / f"views-{slug}-failure.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        _set_theme(lab, "JupyterLab Light")
+
+
+def test_notebook7_opens_the_job_panel_where_it_shows(lab: dict, ticking: str) -> None:
+    """Jupyter Notebook 7 (same server): the monitor's Panel button opens the job panel in the
+    right side panel (Notebook 7 shows one widget in its main area: a panel added there was
+    dropped and the click did nothing); the panel streams the job's log."""
+    from playwright.sync_api import expect, sync_playwright
+
+    payload = {"version": 1, "name": ticking, "backend": "local", "runtime": ""}
+    write_notebook(
+        lab,
+        "nb7.ipynb",
+        [
+            "from IPython.display import display\n"
+            f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
+        ],
+    )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(f"{lab['url']}/notebooks/nb7.ipynb?token={lab['token']}")
+            page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+            editor = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first
+            monitor = page.locator(".kf-LiveMonitor")
+            for _ in range(3):  # the kernel may still be starting: press again if nothing ran
+                editor.click()
+                page.keyboard.press("Escape")
+                page.keyboard.press("Control+Enter")
+                try:
+                    expect(monitor).to_have_count(1, timeout=30_000)
+                    break
+                except AssertionError:
+                    continue
+            expect(monitor.locator(".kf-log-line", has_text="tick")).not_to_have_count(
+                0, timeout=60_000
+            )
+            monitor.locator(".kf-live-open").click()
+            panel = page.locator(".kf-JobPanel")
+            expect(panel).to_be_visible(timeout=30_000)
+            expect(panel.locator(".kf-log-line", has_text="tick")).not_to_have_count(
+                0, timeout=30_000
+            )
+            expect(panel.locator(".kf-JobPanel-header .kf-badge")).to_have_text("Running")
+            page.screenshot(path=str(ARTIFACTS / "notebook7-panel.png"))
+            found = page.evaluate(CONTRAST_JS, VIEWS)
+            assert found["bad"] == [], found["bad"]
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "notebook7-failure.png"))
             raise
         finally:
             browser.close()
