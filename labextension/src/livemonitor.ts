@@ -14,13 +14,14 @@
  * notebook whose job still runs re-attaches here by the job's name.
  */
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import * as api from './api';
 import { MetricsChart } from './chart';
 import { h } from './dom';
 import { FollowTracker } from './follow';
-import { formatDuration, IJob } from './jobs';
+import { formatDuration, IJob, IJobEvent, isFinished } from './jobs';
 import { ISubscription, IJobSubscription } from './stream';
 import {
   canCancel,
@@ -68,10 +69,21 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._watch();
   }
 
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._follow?.scroll();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._follow?.scroll();
+  }
+
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
+    this._resize?.disconnect();
     this._stop();
     super.dispose();
   }
@@ -136,12 +148,23 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._chart.node.hidden = true;
     this._log = h('div', { className: 'kf-log kf-live-log', role: 'log', tabindex: '0', 'aria-label': `Log of ${p.name}` });
     this._log.append(this._live.node);
+    // What happens before the first line (starting ranks, warm or cold, ...): never a silent
+    // "Running" over an empty log.
+    this._startup = h('div', { className: 'kf-live-startup', role: 'status' });
+    this._startup.hidden = true;
     this._followBox = h('input', { type: 'checkbox', className: 'kf-live-follow', 'aria-label': 'Follow the end of the log' });
     this._followBox.checked = true;
     this._follow = new FollowTracker(this._log, following => {
       this._followBox.checked = following;
     });
     this._followBox.addEventListener('change', () => this._follow.set(this._followBox.checked));
+    // Follow ticked means the view is at the end: a scroll made while the output was not laid
+    // out yet (a reload, the notebook opening, a suspend's replay) had no effect and left a
+    // ticked Follow over a view at the top. Scroll again whenever the log's size changes.
+    if (typeof ResizeObserver !== 'undefined') {
+      this._resize = new ResizeObserver(() => this._follow.scroll());
+      this._resize.observe(this._log);
+    }
     this._logState = h('span', { className: 'kf-log-state' });
     const foot = h(
       'div',
@@ -156,7 +179,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
       ' ',
       this._logState
     );
-    this.node.append(head, this._notice, this._failure, this._chart.node, this._log, foot);
+    this.node.append(head, this._notice, this._failure, this._chart.node, this._startup, this._log, foot);
   }
 
   // ---------------------------------------------------------------- status
@@ -165,10 +188,14 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _watch(): void {
     const hub = api.streamHub();
     const name = this._payload!.name;
-    this._jobSub = hub.watchJob(this._target, name, { intervalMs: POLL_MS }, {
+    this._jobSub = hub.watchJob(this._target, name, { intervalMs: POLL_MS, events: true }, {
       onJob: job => {
         this._showJob(job);
         this._note('');
+      },
+      onEvents: events => {
+        this._events = events;
+        this._renderStartup();
       },
       onError: (err, final) => {
         if (final) {
@@ -224,6 +251,32 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     const cause = failureText(job);
     this._failure.hidden = !cause;
     this._failure.textContent = cause;
+    this._renderStartup();
+  }
+
+  /**
+   * Until the first line arrives: what the job is doing (its latest event: processes started,
+   * a warm or cold start and why, waiting in a queue), and that a cold start imports the
+   * framework and waits for every rank to meet before the program prints.
+   */
+  private _renderStartup(): void {
+    const job = this._job;
+    const quiet = this._sources.size === 0;
+    const starting = !!job && quiet && !isFinished(job.status) && job.status !== 'Suspended';
+    this._startup.hidden = !starting;
+    if (!starting) {
+      return;
+    }
+    const last = this._events.filter(e => e.reason && e.reason !== 'Exited').slice(-1)[0];
+    const cold = this._events.some(e => e.reason === 'ColdStart');
+    const warm = this._events.some(e => e.reason === 'WarmStart');
+    const phase =
+      job!.status === 'Created'
+        ? 'Waiting to start'
+        : 'Starting: the ranks import the framework and meet (rendezvous) before the program prints';
+    const start = cold ? ' · cold start' : warm ? ' · warm start' : '';
+    const what = last ? ` · ${last.reason}: ${last.message ?? ''}` : '';
+    this._startup.textContent = `${phase}${start}${what}. No output yet.`;
   }
 
   /** Cancel and Suspend/Resume only while they can act (hidden, not greyed, otherwise). */
@@ -355,6 +408,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     }
     if (newSource) {
       this._renderSources();
+      this._renderStartup();
     }
     if (metricsChanged) {
       this._chart.node.hidden = false;
@@ -435,6 +489,9 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _followBox!: HTMLInputElement;
   private _follow!: FollowTracker;
   private _logState!: HTMLSpanElement;
+  private _startup!: HTMLDivElement;
+  private _events: IJobEvent[] = [];
+  private _resize: ResizeObserver | null = null;
 }
 
 /**

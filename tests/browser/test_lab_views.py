@@ -408,3 +408,75 @@ def test_notebook7_opens_the_job_panel_where_it_shows(lab: dict, ticking: str) -
             raise
         finally:
             browser.close()
+
+
+def quiet_start() -> None:
+    """Silent for 15 s (as a cold start importing a framework), then 300 lines, then ticks."""
+    import time
+
+    time.sleep(15)
+    for i in range(300):
+        print(f"line {i}", flush=True)
+    for i in range(1200):
+        print(f"late tick {i}", flush=True)
+        time.sleep(0.5)
+
+
+def test_startup_is_not_silent_and_follow_means_at_the_end_after_a_reload(lab: dict) -> None:
+    """Before its first line the monitor says what the job is doing (not Running over an empty
+    log); after a reload a ticked Follow means the view sits at the end, not at the top."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter import LocalBackendConfig, MPITrainer, TrainerClient
+
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    name = client.train(MPITrainer(func=quiet_start, num_proc_per_node=1))
+    payload = {"version": 1, "name": name, "backend": "local", "runtime": ""}
+    write_notebook(
+        lab,
+        "startup.ipynb",
+        [
+            "from IPython.display import display\n"
+            f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
+        ],
+    )
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                open_notebook(page, lab, "startup.ipynb")
+                _run_cell(page, 0)
+                monitor = page.locator(".kf-LiveMonitor")
+                startup = monitor.locator(".kf-live-startup")
+                expect(startup).to_be_visible(timeout=30_000)
+                expect(startup).to_contain_text("No output yet")
+                expect(startup).to_contain_text(re.compile(r"Starting|Waiting to start"))
+                page.screenshot(path=str(ARTIFACTS / "monitor-startup.png"))
+                expect(monitor.locator(".kf-log-line", has_text="late tick")).not_to_have_count(
+                    0, timeout=120_000
+                )
+                expect(startup).to_be_hidden()
+                page.keyboard.press("Control+s")
+                expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
+                page.reload()
+                open_notebook(page, lab, "startup.ipynb")
+                monitor = page.locator(".kf-LiveMonitor")
+                log = monitor.locator(".kf-live-log")
+                expect(log.locator(".kf-log-line", has_text="late tick")).not_to_have_count(
+                    0, timeout=60_000
+                )
+                expect(monitor.locator(".kf-live-follow")).to_be_checked()
+                gap = "e => e.scrollHeight - e.clientHeight - e.scrollTop"
+                deadline = time.monotonic() + 10
+                while log.evaluate(gap) >= 4 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert log.evaluate(gap) < 4, "Follow is ticked but the view is not at the end"
+                assert log.evaluate("e => e.scrollHeight > e.clientHeight + 100")
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / "monitor-startup-failure.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        client.delete_job(name)
