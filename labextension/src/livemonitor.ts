@@ -43,6 +43,7 @@ export const LIVE_MAX_LINES = 1000;
 /** Status poll period while the job runs. */
 const POLL_MS = 1000;
 const ALL = '';
+const RESULT_MARK = '##kf-jupyter:result ';
 
 export type OpenPanel = (target: api.ITarget, name: string) => void;
 
@@ -152,6 +153,8 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     // "Running" over an empty log.
     this._startup = h('div', { className: 'kf-live-startup', role: 'status' });
     this._startup.hidden = true;
+    this._result = h('div', { className: 'kf-live-result', role: 'status' });
+    this._result.hidden = true;
     this._followBox = h('input', { type: 'checkbox', className: 'kf-live-follow', 'aria-label': 'Follow the end of the log' });
     this._followBox.checked = true;
     this._follow = new FollowTracker(this._log, following => {
@@ -179,7 +182,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
       ' ',
       this._logState
     );
-    this.node.append(head, this._notice, this._failure, this._chart.node, this._startup, this._log, foot);
+    this.node.append(head, this._notice, this._failure, this._result, this._chart.node, this._startup, this._log, foot);
   }
 
   // ---------------------------------------------------------------- status
@@ -350,6 +353,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   // ---------------------------------------------------------------- logs
 
   private _resetLog(): void {
+    this._result.hidden = true;
     this._readable = new ReadableLog();
     this._lines.clear();
     this._pending = [];
@@ -380,6 +384,11 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     const shown: ILogRecord[] = [];
     for (const raw of batch) {
       const at = raw.line.indexOf(PROTOCOL_PREFIX);
+      if (at >= 0 && raw.line.startsWith(RESULT_MARK, at)) {
+        // the training function's return value: what the cell gives back, shown once it ended
+        this._result.hidden = false;
+        this._result.textContent = `Result (rank 0's return value): ${raw.line.slice(at + RESULT_MARK.length)}`;
+      }
       if (at >= 0) {
         const report = parseReport(raw.line.slice(at));
         if (report) {
@@ -492,6 +501,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _startup!: HTMLDivElement;
   private _events: IJobEvent[] = [];
   private _resize: ResizeObserver | null = null;
+  private _result!: HTMLDivElement;
 }
 
 /**

@@ -480,3 +480,50 @@ def test_startup_is_not_silent_and_follow_means_at_the_end_after_a_reload(lab: d
                 browser.close()
     finally:
         client.delete_job(name)
+
+
+def answer() -> dict:
+    """Prints a line and returns a value (the cell's result)."""
+    print("done training", flush=True)
+    return {"loss": 0.25}
+
+
+def test_a_job_that_ended_while_the_page_was_away_comes_back_finished(lab: dict) -> None:
+    """The monitor of a job that ended while no page showed it comes back Complete, with its
+    whole log, its result and no controls (not a live view waiting forever)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter import LocalBackendConfig, MPITrainer, TrainerClient
+
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    name = client.train(MPITrainer(func=answer, num_proc_per_node=1))
+    assert client.wait_for_job_status(name, timeout=300).status == "Complete"
+    payload = {"version": 1, "name": name, "backend": "local", "runtime": ""}
+    write_notebook(
+        lab,
+        "away.ipynb",
+        [
+            "from IPython.display import display\n"
+            f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
+        ],
+    )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            open_notebook(page, lab, "away.ipynb")
+            _run_cell(page, 0)
+            monitor = page.locator(".kf-LiveMonitor")
+            expect(monitor.locator(".kf-live-status")).to_have_text("Complete", timeout=30_000)
+            expect(monitor.locator(".kf-log-line", has_text="done training")).to_have_count(1)
+            expect(monitor.locator(".kf-live-result")).to_contain_text("0.25", timeout=30_000)
+            expect(monitor.locator(".kf-log-state")).to_have_text("job ended; log complete")
+            expect(monitor.locator(".kf-live-cancel")).to_be_hidden()
+            expect(monitor.locator(".kf-live-suspend")).to_be_hidden()
+            expect(monitor.locator(".kf-live-startup")).to_be_hidden()
+            page.screenshot(path=str(ARTIFACTS / "monitor-came-back-finished.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "monitor-away-failure.png"))
+            raise
+        finally:
+            browser.close()
