@@ -8,7 +8,6 @@ except the random name suffix; the one read is a `script=` file's text, at submi
 from __future__ import annotations
 
 import copy
-import math
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,12 +21,15 @@ from .constants import (
     CREATED_BY_VALUE,
     FRAMEWORK_ANNOTATION,
     GROUP,
+    MULTIKUEUE_MANAGER,
+    QUEUE_LABEL,
     TRAINER_ANNOTATION,
     TRAINJOB_KIND,
 )
 from .errors import OptionError, RuntimeMismatchError, ValidationError
-from .options import Name, apply_options
+from .options import KUBERNETES, Name, apply_options, backend_name
 from .policies import OWN_ENV_PREFIX, JobShape, Payload, get_policy
+from .policies.resources import auto_procs_per_node, gpus_per_node
 from .runtimes import Runtime
 from .script import SCRIPT_FUNC_NAME, load_script, validate_script_args
 from .trainers import BaseTrainer
@@ -97,23 +99,20 @@ def _payload(trainer: BaseTrainer, rc: RuntimeConfig) -> Payload:
 
 
 def job_shape(trainer: BaseTrainer, runtime: Runtime, name: str) -> JobShape:
-    """Nodes, processes per node and GPUs per node for this trainer on this runtime."""
+    """Nodes, processes per node and GPUs per node for this trainer on this runtime.
+
+    A torch job without numProcPerNode gets what the Trainer's `auto` becomes on a node with
+    these resources (policies.resources: the GPU count, else max(1, cpu)).
+    """
     resources = trainer.resources()
     nproc = trainer.procs_per_node or runtime.num_proc_per_node
     if nproc is None and trainer.policy == "torch":
-        gpus = resources.get("nvidia.com/gpu")
-        cpu = resources.get("cpu")
-        if gpus:
-            nproc = max(1, math.ceil(float(gpus)))
-        elif cpu:
-            c = cpu[:-1] if cpu.endswith("m") else cpu
-            nproc = max(1, math.ceil(float(c) / (1000 if cpu.endswith("m") else 1)))
-    gpus = resources.get("nvidia.com/gpu")
+        nproc = auto_procs_per_node(resources)
     return JobShape(
         name=name,
         num_nodes=trainer.num_nodes or runtime.num_nodes or 1,
         num_proc_per_node=nproc,
-        gpus_per_node=int(float(gpus)) if gpus else 0,
+        gpus_per_node=gpus_per_node(resources),
     )
 
 
@@ -194,7 +193,158 @@ def build_trainjob(
     validate_job_name(job["metadata"]["name"])
     if not job["spec"]["trainer"]:
         del job["spec"]["trainer"]
+    if backend_name(backend) == KUBERNETES:
+        check_managed_by(job)
+        check_child_names(job, runtime)
+        check_patch_targets(job, runtime)
+        check_initializers(job, runtime)
     return job
+
+
+def check_managed_by(job: Mapping[str, Any]) -> None:
+    """`ManagedBy(kueue.x-k8s.io/multikueue)` needs a Kueue queue: the Trainer skips such a job
+    (trainjob_controller.go), so without MultiKueue dispatching it nothing ever runs it."""
+    if (job.get("spec") or {}).get("managedBy") != MULTIKUEUE_MANAGER:
+        return
+    if QUEUE_LABEL not in ((job.get("metadata") or {}).get("labels") or {}):
+        raise OptionError(
+            f"ManagedBy({MULTIKUEUE_MANAGER}) hands the job to Kueue's MultiKueue, and the "
+            "Trainer on this cluster leaves it alone; without a Queue(...) option naming a queue "
+            "whose ClusterQueue dispatches to MultiKueue worker clusters, nothing would ever run "
+            "it. Add Queue('<local queue>'), or drop ManagedBy."
+        )
+
+
+def check_initializers(job: Mapping[str, Any], runtime: Runtime) -> None:
+    """Refuse a dataset/model initializer on a runtime without that step (the Trainer's webhook
+    refuses it: 'must have dataset-initializer job when trainJob is configured with input ...')."""
+    if not runtime.replicated_jobs:
+        return
+    have = {rj.name: rj.containers for rj in runtime.replicated_jobs}
+    for kind in (job.get("spec") or {}).get("initializer") or {}:
+        step = f"{kind}-initializer"
+        if step not in have or step not in have[step]:
+            with_step = "has no" if step not in have else f"has a {step} job without a container"
+            raise ValidationError(
+                f"Runtime {runtime.name!r} {with_step} {step} step, so the cluster refuses a "
+                f"job with a {kind} initializer. Pick a runtime with that step (client."
+                "list_runtimes() shows them), or fetch the data in your training function."
+            )
+
+
+#: The TrainJob CRD's maxItems of spec.runtimePatches.
+MAX_RUNTIME_PATCHES = 16
+#: The runtime patch Kueue adds to a queued TrainJob when it admits it (kueue trainjob_controller).
+KUEUE_PATCH_MANAGER = "kueue.x-k8s.io/manager"
+#: JobSet's limit on the names of the Jobs and Pods it creates (an RFC 1035 label).
+CHILD_NAME_LIMIT = 63
+
+
+def check_child_names(job: Mapping[str, Any], runtime: Runtime) -> None:
+    """Refuse a name the JobSet webhook would refuse for this runtime (its longest pod name,
+    `<name>-<job>-<i>-<j>-<5 random>`, must fit in 63 characters): on a cluster the TrainJob is
+    created and then never starts."""
+    name = str(job["metadata"]["name"])
+    num_nodes = ((job.get("spec") or {}).get("trainer") or {}).get("numNodes")
+    rjob, suffix = runtime.longest_child_suffix(num_nodes)
+    if not suffix or len(name) + len(suffix) <= CHILD_NAME_LIMIT:
+        return
+    limit = CHILD_NAME_LIMIT - len(suffix)
+    nodes = num_nodes if num_nodes is not None else runtime.num_nodes
+    raise ValidationError(
+        f"Job name {name!r} has {len(name)} characters; on runtime {runtime.name!r} with "
+        f"{nodes} node(s) it may have at most {limit}. The JobSet the Trainer creates names its "
+        f"pods '{name}{suffix.replace('xxxxx', '<5 random>')}' (replicated job {rjob!r}), and "
+        f"those names must fit in {CHILD_NAME_LIMIT} characters, or the cluster accepts the "
+        "TrainJob but never starts it. Choose a shorter name (Name option or name=)."
+    )
+
+
+def check_patch_targets(job: Mapping[str, Any], runtime: Runtime) -> None:
+    """Refuse a runtime patch aimed at a replicated job or container the runtime lacks (the
+    Trainer merges it in as a new, incomplete replicated job, whose pods never start)."""
+    if not runtime.replicated_jobs:
+        return
+    have = {rj.name: rj.containers for rj in runtime.replicated_jobs}
+    for patch in (job.get("spec") or {}).get("runtimePatches") or []:
+        tmpl = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+        for rj in tmpl.get("replicatedJobs") or []:
+            target = rj.get("name")
+            if target not in have:
+                raise OptionError(
+                    f"A runtime patch (manager {patch.get('manager')!r}) changes replicated job "
+                    f"{target!r}, which runtime {runtime.name!r} does not have; it has "
+                    f"{', '.join(repr(n) for n in have)}. Aim the override (target_jobs of "
+                    "PodTemplateOverride, or the RuntimePatch) at one of those."
+                )
+            pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get(
+                "spec"
+            ) or {}
+            for part in ("initContainers", "containers"):
+                for c in pod.get(part) or []:
+                    if c.get("name") not in have[target]:
+                        raise OptionError(
+                            f"A runtime patch (manager {patch.get('manager')!r}) changes "
+                            f"container {c.get('name')!r} of replicated job {target!r}, which "
+                            f"runtime {runtime.name!r} does not have there; its containers are "
+                            f"{', '.join(repr(n) for n in have[target]) or 'none'}. Name one "
+                            "of those (or add a volume mount to 'node')."
+                        )
+
+
+def _merge_patch(a: Any, b: Any) -> Any:
+    """Merge runtime patch `b` into `a`: maps key by key, lists of named items by name."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = _merge_patch(out[k], v) if k in out else copy.deepcopy(v)
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        named = all(isinstance(x, dict) and "name" in x for x in a + b)
+        if not named:
+            return [*a, *(x for x in b if x not in a)]
+        out_list = [copy.deepcopy(x) for x in a]
+        for item in b:
+            idx = next((i for i, x in enumerate(out_list) if x["name"] == item["name"]), None)
+            if idx is None:
+                out_list.append(copy.deepcopy(item))
+            else:
+                out_list[idx] = _merge_patch(out_list[idx], item)
+        return out_list
+    return copy.deepcopy(b)
+
+
+def fit_runtime_patches(job: dict[str, Any], own_prefix: str = "kf-jupyter.io/") -> None:
+    """Keep `spec.runtimePatches` within the CRD's 16, counting the one Kueue adds when it
+    admits a queued job: kf-jupyter's own entries are merged into one if that is needed; past
+    that, a clear error (the API server would refuse the TrainJob, or Kueue could not admit it)."""
+    spec = job.get("spec") or {}
+    patches = spec.get("runtimePatches") or []
+    queued = QUEUE_LABEL in ((job.get("metadata") or {}).get("labels") or {})
+    kueue = 1 if queued and not any(p.get("manager") == KUEUE_PATCH_MANAGER for p in patches) else 0
+    if len(patches) + kueue <= MAX_RUNTIME_PATCHES:
+        return
+    ours = [p for p in patches if str(p.get("manager", "")).startswith(own_prefix)]
+    if len(ours) > 1:
+        merged = {"manager": ours[0]["manager"], "trainingRuntimeSpec": {}}
+        for p in ours:
+            merged["trainingRuntimeSpec"] = _merge_patch(
+                merged["trainingRuntimeSpec"], p.get("trainingRuntimeSpec") or {}
+            )
+        first = patches.index(ours[0])
+        rest = [p for p in patches if p not in ours]
+        patches = [*rest[:first], merged, *rest[first:]]
+        spec["runtimePatches"] = patches
+    if len(patches) + kueue <= MAX_RUNTIME_PATCHES:
+        return
+    theirs = len(patches) - (1 if ours else 0)
+    raise OptionError(
+        f"This TrainJob would carry {len(patches) + kueue} runtime patches ({theirs} from "
+        f"RuntimePatch options{', 1 of kf-jupyter' if ours else ''}"
+        f"{', 1 that Kueue adds when it admits the queued job' if kueue else ''}); a TrainJob "
+        f"holds at most {MAX_RUNTIME_PATCHES}. Merge some RuntimePatch options into one (one "
+        "manager may patch several replicated jobs)."
+    )
 
 
 @dataclass

@@ -25,6 +25,17 @@ ML_POLICIES = ("torch", "mpi", "jax", "xgboost", "flux")
 
 
 @dataclass(frozen=True)
+class ReplicatedJob:
+    """One replicated job of a runtime's JobSet template: what names and counts depend on."""
+
+    name: str
+    trainer: bool = False  # labelled trainjob-ancestor-step: trainer
+    replicas: int = 1
+    parallelism: int = 1
+    containers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Runtime:
     """A TrainingRuntime or ClusterTrainingRuntime (or a backend's built-in equivalent)."""
 
@@ -40,6 +51,10 @@ class Runtime:
     annotations: Mapping[str, str] = field(default_factory=dict)
     namespace: str | None = None
     trainer_job: str = "node"
+    #: The replicated jobs of the runtime's JobSet template (names and counts of what it creates).
+    replicated_jobs: tuple[ReplicatedJob, ...] = ()
+    #: MPI: `mlPolicy.mpi.runLauncherAsNode` (the launcher is a host of the world).
+    run_launcher_as_node: bool = False
 
     @classmethod
     def from_manifest(cls, obj: Mapping[str, Any]) -> Runtime:
@@ -68,7 +83,38 @@ class Runtime:
             annotations=annotations,
             namespace=meta.get("namespace"),
             trainer_job=trainer_job,
+            replicated_jobs=_replicated_jobs(spec),
+            run_launcher_as_node=bool(isinstance(sub, Mapping) and sub.get("runLauncherAsNode")),
         )
+
+    def pod_counts(self, num_nodes: int | None) -> dict[str, int]:
+        """Pods per replicated job for a job of `num_nodes` (None: the runtime's), as the
+        Trainer sizes them: the trainer step gets numNodes; on MPI the launcher keeps the
+        runtime's count and `node` gets numNodes (one less, at least 1, with runLauncherAsNode)."""
+        out: dict[str, int] = {}
+        for rj in self.replicated_jobs:
+            count = rj.parallelism
+            if rj.trainer:
+                count = self.num_nodes or 1
+            if self.ml_policy == "mpi":
+                if rj.name == "node" and num_nodes is not None:
+                    count = max(num_nodes - 1, 1) if self.run_launcher_as_node else num_nodes
+            elif rj.trainer and num_nodes is not None:
+                count = num_nodes
+            out[rj.name] = count
+        return out
+
+    def longest_child_suffix(self, num_nodes: int | None) -> tuple[str, str]:
+        """(replicated job, longest `-<job>-<i>-<j>-xxxxx` the JobSet adds to the job name for
+        its pods); ('', '') when the runtime's template is unknown."""
+        counts = self.pod_counts(num_nodes)
+        best = ("", "")
+        for rj in self.replicated_jobs:
+            replicas = 1 if rj.trainer else rj.replicas
+            suffix = f"-{rj.name}-{replicas - 1}-{counts[rj.name] - 1}-xxxxx"
+            if len(suffix) > len(best[1]):
+                best = (rj.name, suffix)
+        return best
 
     @property
     def is_default(self) -> bool:
@@ -94,6 +140,30 @@ class Runtime:
             "deprecated": self.deprecated,
             "namespace": self.namespace,
         }
+
+
+def _replicated_jobs(spec: Mapping[str, Any]) -> tuple[ReplicatedJob, ...]:
+    jobs = (((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs")) or []
+    out = []
+    for rj in jobs:
+        if not isinstance(rj, Mapping) or not rj.get("name"):
+            continue
+        tmpl = rj.get("template") or {}
+        labels = (tmpl.get("metadata") or {}).get("labels") or {}
+        job_spec = tmpl.get("spec") or {}
+        pod = (job_spec.get("template") or {}).get("spec") or {}
+        names = [c.get("name", "") for c in (pod.get("initContainers") or [])]
+        names += [c.get("name", "") for c in (pod.get("containers") or [])]
+        out.append(
+            ReplicatedJob(
+                name=str(rj["name"]),
+                trainer=labels.get(ANCESTOR_LABEL) == "trainer",
+                replicas=int(rj.get("replicas") or 1),
+                parallelism=int(job_spec.get("parallelism") or 1),
+                containers=tuple(str(n) for n in names),
+            )
+        )
+    return tuple(out)
 
 
 def _trainer_image(spec: Mapping[str, Any]) -> tuple[str | None, str]:

@@ -105,6 +105,8 @@ class TrainJob:
     failure: Failure | None = None
     #: Local jobs: every node started from the warm pool (True), one started cold (False).
     warm: bool | None = None
+    #: Local jobs: the GPUs each node (process) holds, {node: [{index, uuid, name, memory_mib}]}.
+    gpus: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (ISO 8601 times), as the server extension sends it."""
@@ -129,6 +131,7 @@ class TrainJob:
             "trainer_status": self.trainer_status.to_dict() if self.trainer_status else None,
             "failure": self.failure.to_dict() if self.failure else None,
             "warm": self.warm,
+            "gpus": {k: [dict(d) for d in v] for k, v in self.gpus.items()},
         }
 
 

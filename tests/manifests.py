@@ -52,3 +52,22 @@ def assert_valid_trainjob(manifest: dict[str, Any]) -> None:
     assert parsed.spec.runtime_ref.name == manifest["spec"]["runtimeRef"]["name"]
     if "trainer" in manifest["spec"]:
         assert parsed.spec.trainer.command == manifest["spec"]["trainer"].get("command")
+
+
+def cluster_refusals(
+    manifest: dict[str, Any], runtime: dict[str, Any], old: dict[str, Any] | None = None
+) -> list[str]:
+    """What a Trainer v2.3 + JobSet v0.12 cluster would refuse about `manifest` (an update of
+    `old` when given): the CRD's CEL rules, the Trainer webhook's checks, and the JobSet webhook's
+    name limits on the JobSet the Trainer builds from it (tests/k8s_cluster, issue 19)."""
+    from tests.k8s_cluster import trainer_model
+    from tests.k8s_cluster.cel import cel_errors
+
+    obj = copy.deepcopy(manifest)
+    obj["metadata"].setdefault("namespace", "team")
+    out = [f"CEL: {e}" for e in cel_errors(crd_schema("TrainJob"), obj, old)]
+    out += [f"Trainer webhook: {e}" for e in trainer_model.trainer_errors(obj, old, runtime)]
+    if old is None:
+        js = trainer_model.build_jobset(obj, runtime)
+        out += [f"JobSet webhook: {e}" for e in trainer_model.jobset_errors(js)]
+    return out

@@ -135,7 +135,40 @@ def test_kf_jobs_and_the_monitor_say_why_a_job_waits() -> None:
 
 
 @pytest.mark.slow
-def test_a_job_whose_initializer_runs_says_so_then_runs(backend: Any, k8s_standin: Any) -> None:
+def _runtime_with_dataset_initializer(kubeconfig: str, namespace: str) -> str:
+    """torch-distributed plus a dataset-initializer step (a TrainingRuntime in `namespace`): a
+    cluster refuses a dataset initializer on a runtime without one (Trainer webhook)."""
+    import copy
+
+    from kubernetes import client, config
+
+    from tests.k8s_cluster.crds import load_runtimes
+
+    rt = copy.deepcopy(
+        next(r for r in load_runtimes() if r["metadata"]["name"] == "torch-distributed")
+    )
+    rt["kind"] = "TrainingRuntime"
+    rt["metadata"] = {"name": "torch-with-data", "labels": rt["metadata"].get("labels", {})}
+    init = {"name": "dataset-initializer", "template": {"metadata": {"labels": {
+        "trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"}},
+        "spec": {"template": {"spec": {"containers": [{
+            "name": "dataset-initializer", "image": "ghcr.io/kubeflow/trainer/dataset-initializer",
+            "volumeMounts": [{"name": "initializer", "mountPath": "/workspace"}]}],
+            "volumes": [{"name": "initializer", "emptyDir": {}}]}}}}}  # fmt: skip
+    jobs = rt["spec"]["template"]["spec"]["replicatedJobs"]
+    for rj in jobs:
+        rj["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"}]
+    jobs.insert(0, init)
+    api = client.CustomObjectsApi(config.new_client_from_config(config_file=kubeconfig))
+    api.create_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", rt
+    )
+    return "torch-with-data"
+
+
+def test_a_job_whose_initializer_runs_says_so_then_runs(
+    backend: Any, k8s_standin: Any, k8s_admin_kubeconfig: str, k8s_namespace: str
+) -> None:
     import kf_jupyter.sdk as sdk
     from kf_jupyter import TorchTrainer
     from kf_jupyter.options import TrainerCommand
@@ -146,7 +179,8 @@ def test_a_job_whose_initializer_runs_says_so_then_runs(backend: Any, k8s_standi
     hold.touch()  # the dataset initializer keeps "downloading" until the file is gone
     try:
         opts = [InitializerOption(init), TrainerCommand(["bash", "-c", "echo trained"])]
-        name = backend.train(TorchTrainer(num_nodes=1), options=opts)
+        runtime = _runtime_with_dataset_initializer(k8s_admin_kubeconfig, k8s_namespace)
+        name = backend.train(TorchTrainer(num_nodes=1), runtime, options=opts)
         job = _waiting(backend, name, "Initializing")
         assert job.status == "Created"
         # Pending or Running, as far as the pod got: the trainer waits either way

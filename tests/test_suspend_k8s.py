@@ -15,7 +15,6 @@ import pytest
 
 from kf_jupyter import JAXTrainer, RuntimeConfig, TorchTrainer
 from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
-from kf_jupyter.constants import GROUP, VERSION
 from kf_jupyter.errors import BackendError
 from kf_jupyter.options import TrainerCommand
 from kf_jupyter.types import COMPLETE, SUSPENDED
@@ -133,30 +132,26 @@ def test_suspend_during_package_installation_and_resume_installs_again(backend: 
 
 
 def test_a_job_waiting_in_a_kueue_queue_is_queued_not_suspended(
-    backend: Any, admin_api: Any
+    backend: Any, k8s_standin: Any
 ) -> None:
-    from kubernetes import client
-
     from kf_jupyter.options import Queue
 
+    # The harness plays Kueue: its webhook suspends a job with a queue label until admitted;
+    # a held queue admits nothing until released.
+    k8s_standin.kueue_held.add("team-a")
     options = [Queue("team-a"), TrainerCommand(["bash", "-c", "echo admitted"])]
-    tj = backend.dry_run(TorchTrainer(num_nodes=1), options=options)["trainjob"]
-    assert tj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    # What Kueue's webhook does to a new job with a queue label: suspend it until admitted.
-    tj["spec"]["suspend"] = True
-    custom = client.CustomObjectsApi(admin_api)
-    custom.create_namespaced_custom_object(GROUP, VERSION, backend.namespace, "trainjobs", tj)
-    name = tj["metadata"]["name"]
-    job = _until(
-        lambda: (j := backend.get_job(name)).reason == "Queued" and j, 60, "the job to be queued"
-    )
-    assert job.status == "Created" and "team-a" in job.message
-    with pytest.raises(BackendError, match="Kueue resumes it"):
-        backend.resume_job(name)
-    # Kueue admits it: unsuspends it.
-    custom.patch_namespaced_custom_object(
-        GROUP, VERSION, backend.namespace, "trainjobs", name, {"spec": {"suspend": False}}
-    )
+    try:
+        name = backend.train(TorchTrainer(num_nodes=1), options=options)
+        job = _until(
+            lambda: (j := backend.get_job(name)).reason == "Queued" and j,
+            60,
+            "the job to be queued",
+        )
+        assert job.status == "Created" and "team-a" in job.message
+        with pytest.raises(BackendError, match="Kueue resumes it"):
+            backend.resume_job(name)
+    finally:
+        k8s_standin.kueue_release("team-a")  # Kueue admits it: unsuspends it
     assert backend.wait_for_job_status(name, timeout=120).status == COMPLETE
 
 

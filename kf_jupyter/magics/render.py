@@ -83,8 +83,19 @@ JOB_HEADERS = (
     "nodes",
     "age",
     "start",
+    "gpus",
     "cause",
 )
+
+
+def gpu_text(gpus: Any) -> str:
+    """Which devices each node holds: `node-0: GPU 0, 1 · node-1: GPU 2, 3` ('-' for none)."""
+    parts = [
+        f"{node}: GPU {', '.join(str(d.get('index')) for d in devs)}"
+        for node, devs in (gpus or {}).items()
+        if devs
+    ]
+    return " · ".join(parts) or "-"
 
 
 def job_cause(job: Any, width: int = 80) -> str:
@@ -99,7 +110,7 @@ def job_cause(job: Any, width: int = 80) -> str:
 
 def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
     """Rows of the jobs table (name, framework, backend, status, progress, nodes, age,
-    warm/cold start, cause)."""
+    warm/cold start, GPUs per node, cause)."""
     from ..progress import progress_text, shape_text
     from ..widgets.static import status_label
 
@@ -122,6 +133,7 @@ def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
                 nodes,
                 age(j.creation_time),
                 start,
+                gpu_text(getattr(j, "gpus", None)),
                 job_cause(j),
             ]
         )

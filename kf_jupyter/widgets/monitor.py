@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..progress import progress_label
-from ..types import COMPLETE, FAILED, TERMINAL, LogRecord, TrainJob
+from ..types import COMPLETE, FAILED, RUNNING, TERMINAL, LogRecord, TrainJob
 from .state import LogState
 from .static import BADGE_COLOURS as _BADGE
 from .static import final_bundle, status_label
@@ -68,6 +68,33 @@ def cancel_if_running(client: Any, name: str) -> tuple[bool, TrainJob | None]:
         return True, client.get_job(name)
     except JobNotFoundError:
         return True, None
+
+
+def _mib(value: Any) -> str:
+    return (
+        "?" if value is None else f"{value / 1024:.1f} GiB" if value >= 1024 else f"{value:.0f} MiB"
+    )
+
+
+def gpu_html(held: dict[str, Any], usage: dict[str, Any]) -> str:
+    """`GPUs: node-0: GPU 0 (uuid) 7% · 0.1/80.0 GiB` per device ('' when the job holds none)."""
+    if not held:
+        return ""
+    parts = []
+    for node, devs in held.items():
+        cells = []
+        for d in devs:
+            cell = f"GPU {html.escape(str(d.get('index')))}"
+            u = usage.get(d.get("uuid"))
+            if u:
+                util = u.get("utilization")
+                cell += (
+                    f" {'?' if util is None else f'{util:.0f}'}% · "
+                    f"{_mib(u.get('memory_used_mib'))} / {_mib(u.get('memory_total_mib'))}"
+                )
+            cells.append(f"<span title='{html.escape(str(d.get('uuid')))}'>{cell}</span>")
+        parts.append(f"<b>{html.escape(str(node))}</b>: " + ", ".join(cells))
+    return "<small class='kf-gpus'>GPUs · " + " &nbsp;|&nbsp; ".join(parts) + "</small>"
 
 
 def _fmt_elapsed(seconds: float) -> str:
@@ -143,6 +170,7 @@ class JobMonitor:
             value=0.0, min=0.0, max=1.0, layout=w.Layout(display="none", width="98%")
         )
         self.chart = w.HTML("")
+        self.gpus = w.HTML("", layout=w.Layout(display="none"))
         self.failure = w.HTML("", layout=w.Layout(display="none"))
         self.log = w.HTML(self.state.render_log_html())
         self.footer = w.HTML(self._footer_html())
@@ -152,6 +180,7 @@ class JobMonitor:
                 self.note,
                 self.progress,
                 self.chart,
+                self.gpus,
                 self.failure,
                 self.log,
                 self.footer,
@@ -330,6 +359,23 @@ class JobMonitor:
         except Exception:
             return
         self._apply_job(job)
+        self._poll_gpus(job)
+
+    def _poll_gpus(self, job: TrainJob) -> None:
+        """Which devices each node holds, with their utilisation and memory while it runs
+        (local backend, when nvidia-smi answers)."""
+        held = getattr(job, "gpus", None) or {}
+        usage: dict[str, Any] = {}
+        fn = getattr(getattr(self.client, "backend", None), "gpu_usage", None)
+        if held and job.status == RUNNING and callable(fn):
+            try:
+                usage = fn(self.name) or {}
+            except Exception:
+                usage = {}
+        value = gpu_html(held, usage)
+        if value != self.gpus.value:
+            self.gpus.value = value
+            self.gpus.layout.display = "" if value else "none"
 
     def _apply_job(self, job: TrainJob) -> None:
         if job.creation_time is not None:

@@ -94,13 +94,40 @@ def crd_schema(kind: str) -> dict[str, Any]:
     raise KeyError(f"no CRD of kind {kind!r} ({VERSION}) in {manifests_dir()}")
 
 
-def install(api_client: Any, timeout: float = 60.0) -> None:
-    """Create the CRDs, wait until Established, then create the default runtimes."""
+#: The JobSet API the Trainer creates its pods through. The harness's own, minimal CRD (any
+#: spec, a status subresource): the JobSet webhook checks (``admission.py``) and the stand-in give
+#: it meaning; the real one has a full schema.
+JOBSET_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "jobsets.jobset.x-k8s.io"},
+    "spec": {
+        "group": "jobset.x-k8s.io",
+        "scope": "Namespaced",
+        "names": {"plural": "jobsets", "singular": "jobset", "kind": "JobSet",
+                  "listKind": "JobSetList"},
+        "versions": [
+            {
+                "name": "v1alpha2",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object",
+                                               "x-kubernetes-preserve-unknown-fields": True}},
+            }
+        ],
+    },
+}  # fmt: skip
+
+
+def install(api_client: Any, timeout: float = 60.0, before_runtimes: Any = None) -> None:
+    """Create the CRDs (the Trainer's and a JobSet one), wait until Established, call
+    `before_runtimes()` (the harness registers its webhooks there), create the default runtimes."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     ext = client.ApiextensionsV1Api(api_client)
-    crds = load_crds()
+    crds = [*load_crds(), copy.deepcopy(JOBSET_CRD)]
     for crd in crds:
         ext.create_custom_resource_definition(crd)
     deadline = time.monotonic() + timeout
@@ -113,6 +140,8 @@ def install(api_client: Any, timeout: float = 60.0) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"CRD {name} not Established after {timeout}s: {conds}")
             time.sleep(0.1)
+    if before_runtimes is not None:
+        before_runtimes()
     custom = client.CustomObjectsApi(api_client)
     for rt in load_runtimes():
         while True:  # the new resource can 404 for a moment after Established

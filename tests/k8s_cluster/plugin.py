@@ -1,6 +1,7 @@
 """pytest fixtures: a real API server with the Trainer CRDs, the stand-in, kubeconfigs, namespaces.
 
-- ``k8s_cluster`` (session): started ``ApiServer`` with CRDs, default runtimes, team-a/team-b RBAC.
+- ``k8s_cluster`` (session): started ``ApiServer`` with CRDs, default runtimes, team-a/team-b RBAC,
+  and the admission webhooks of a Trainer + JobSet cluster (``admission.py``: CEL, Trainer, JobSet).
 - ``k8s_standin`` (session): the ``StandIn`` (Trainer controller + JobSet + kubelet) running on it.
 - ``k8s_admin_kubeconfig`` / ``k8s_limited_kubeconfig`` (session): kubeconfig paths (str).
 - ``k8s_namespace`` (function): a fresh namespace name; its TrainJobs are deleted afterwards.
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.k8s_cluster import HarnessUnavailable, crds, rbac
+from tests.k8s_cluster.admission import AdmissionServer
 from tests.k8s_cluster.apiserver import ApiServer
 from tests.k8s_cluster.standin import StandIn
 
@@ -42,10 +44,13 @@ def k8s_cluster() -> Iterator[ApiServer]:
     except HarnessUnavailable as e:
         pytest.skip(f"no Kubeflow Trainer CRDs for tests: {e}")
     server = _start("kf-test")
+    webhooks = AdmissionServer(server.kubeconfig_path, *server.server_cert, server.ca_file)
     try:
         api = server.api_client()
-        crds.install(api)
+        webhooks.start()
+        crds.install(api, before_runtimes=lambda: webhooks.install(api))
         rbac.install(api)
+        server.webhooks = webhooks  # type: ignore[attr-defined]
         TIMINGS["apiserver_start_s"] = server.start_seconds
         TIMINGS["session_setup_s"] = time.monotonic() - t0
         TIMINGS["rss_after_setup_mb"] = server.rss_bytes() / 2**20
@@ -54,6 +59,7 @@ def k8s_cluster() -> Iterator[ApiServer]:
         if server.pids():
             TIMINGS["rss_at_end_mb"] = server.rss_bytes() / 2**20
         server.stop()
+        webhooks.stop()
 
 
 @pytest.fixture(scope="session")

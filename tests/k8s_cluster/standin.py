@@ -41,8 +41,10 @@ before ``node``): a TrainJob with ``spec.initializer`` gets a pod per entry
 prints what it "downloads"; the trainer pods are created only once all of them succeed (a failed
 one fails the job). Test knob: while the file ``hold_initializers`` exists they keep running.
 
-Not modelled: restarts,
-activeDeadlineSeconds, pod deletion by users, log timestamps.
+``activeDeadlineSeconds``: when it runs out (from creation, or from the resume) the TrainJob
+fails with ``DeadlineExceeded`` and its JobSet and pods are deleted, as the Trainer does.
+
+Not modelled: restarts, pod deletion by users, log timestamps.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from tests.k8s_cluster.apiserver import free_port
+from tests.k8s_cluster.trainer_model import build_jobset
 
 log = logging.getLogger("k8s-standin")
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -87,6 +90,10 @@ PORT_ENV = {"PET_MASTER_PORT", "DMLC_TRACKER_PORT", "MASTER_PORT"}
 STATUS_SERVICE = "https://kubeflow-trainer-controller-manager.kubeflow-system.svc:10443"
 STATUS_MOUNT = "/var/run/secrets/kubeflow/trainer"
 STATUS_MAX_BODY = 1 << 16
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
+KUEUE_MANAGER = "kueue.x-k8s.io/manager"
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 T = TypeVar("T")
 
 
@@ -140,6 +147,7 @@ class JobRun:
     cancelled: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     last_status: dict[str, Any] | None = None
+    deadline: float | None = None  # time.monotonic() when activeDeadlineSeconds runs out
 
 
 class StandIn:
@@ -163,6 +171,9 @@ class StandIn:
         self._status_tokens: dict[tuple[str, str], str] = {}  # (namespace, TrainJob) -> token
         # test knob: while this file exists, initializer pods keep running (see hold_initializers)
         self.hold_initializers = self.workdir / "hold-initializers"
+        # Kueue: queues that admit nothing until kueue_release(queue); admitted TrainJob uids
+        self.kueue_held: set[str] = set()
+        self._admitted: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> StandIn:
@@ -307,8 +318,12 @@ class StandIn:
         if kind == "DELETED" or meta.get("deletionTimestamp"):
             self._teardown(uid, tj if kind != "DELETED" else None)
             return
+        if tj["spec"].get("managedBy") == MULTIKUEUE:
+            return  # the Trainer skips it (trainjob_controller.go:89): it runs on a worker cluster
         conds = {c["type"]: c for c in tj.get("status", {}).get("conditions", [])}
         finished = any(conds.get(t, {}).get("status") == "True" for t in ("Complete", "Failed"))
+        if not finished and self._kueue(tj):
+            return  # Kueue changed the job: its next event carries the change
         with self._lock:
             running = uid in self._jobs
         if running:
@@ -325,7 +340,8 @@ class StandIn:
             return
         if "Suspended" in conds:
             self._set_condition(tj, "Suspended", "False", "Resumed", "TrainJob is resumed")
-        job = JobRun(meta["namespace"], meta["name"], uid)
+        resumed = "Suspended" in conds  # the deadline counts from now
+        job = JobRun(meta["namespace"], meta["name"], uid, deadline=_deadline(tj, resumed))
         with self._lock:
             self._jobs[uid] = job
         job.thread = threading.Thread(
@@ -359,6 +375,7 @@ class StandIn:
                         log.warning("deleting pod %s: %s", pod.name, e)
             if deleted:
                 self._collect_owned_configmaps(job)
+                self._delete_jobset(job.namespace, job.name)
         fins = (tj or {}).get("metadata", {}).get("finalizers") or []
         gc = {"foregroundDeletion", "orphan"}
         if tj is not None and any(f in gc for f in fins):
@@ -473,7 +490,7 @@ class StandIn:
             if "torch" in policy:
                 nproc = trainer.get("numProcPerNode")
                 if nproc is None:
-                    res = trainer.get("resourcesPerNode") or {}
+                    res = trainer.get("resourcesPerNode") or _runtime_node_resources(rt)
                     if _gpus(res):
                         nproc = "auto"
                     else:
@@ -492,7 +509,8 @@ class StandIn:
                     ("JAX_COORDINATOR_ADDRESS", f"{master}:{MASTER_PORT}"),
                 ]
             if "xgboost" in policy:
-                gpus = _gpus(trainer.get("resourcesPerNode") or {}) or 1
+                res = trainer.get("resourcesPerNode") or _runtime_node_resources(rt)
+                gpus = _gpus(res) or 1
                 return [
                     ("DMLC_TRACKER_URI", master),
                     ("DMLC_TRACKER_PORT", str(MASTER_PORT)),
@@ -611,13 +629,23 @@ class StandIn:
         except ApiException as e:
             if e.status != 404:
                 raise
+            # (the runtime was deleted after the webhook let the job in) as the Trainer reports
+            # any failed reconcile: one event, the client's error text
             ref = tj["spec"]["runtimeRef"]
+            plural = (
+                "trainingruntimes"
+                if ref.get("kind") == "TrainingRuntime"
+                else "clustertrainingruntimes"
+            )
             self._event(
                 tj,
                 "Warning",
-                "TrainingRuntimeNotFound",
-                f"{ref.get('kind', 'ClusterTrainingRuntime')} {ref['name']} not found",
+                "TrainJobResourcesCreationFailed",
+                "TrainJob resources reconciliation failed: "
+                f'{plural}.trainer.kubeflow.org "{ref["name"]}" not found',
             )
+            return
+        if not self._apply_jobset(tj, rt):
             return
         cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}"
         run = 1
@@ -641,6 +669,141 @@ class StandIn:
                 rc = pod.proc.wait() if pod.proc is not None else (0 if not failed else 137)
                 self._finish_pod(pod, rc)
         self._patch_job(tj, job, final=True)
+
+    # -- Kueue (kueue pkg/controller/jobs/trainjob, jobframework) -----------------------------
+    def _patch_tj(self, tj: dict[str, Any], body: dict[str, Any]) -> None:
+        meta = tj["metadata"]
+        self._retry(
+            self.custom.patch_namespaced_custom_object,
+            GROUP, VERSION, meta["namespace"], "trainjobs", meta["name"], body,
+        )  # fmt: skip
+
+    def _kueue(self, tj: dict[str, Any]) -> bool:
+        """Play Kueue for a TrainJob with a queue label; True when it changed the job.
+
+        Suspended at creation by Kueue's webhook (admission.py); admitted at once unless its
+        queue is in ``kueue_held``: its podset info written into Kueue's own runtime patch while
+        still suspended, then unsuspended (RunWithPodSetsInfo). An admitted job that someone
+        suspends is unsuspended again (the workload is still admitted); an unadmitted one that
+        someone unsuspends is suspended again.
+        """
+        meta, spec = tj["metadata"], tj["spec"]
+        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if not queue:
+            return False
+        uid = meta["uid"]
+        with self._lock:
+            admitted = uid in self._admitted
+        try:
+            if spec.get("suspend"):
+                if not admitted and queue in self.kueue_held:
+                    return False
+                if not admitted:
+                    rt = self._get_runtime(tj)
+                    names = [rj["name"] for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]]
+                    patches = [dict(p) for p in spec.get("runtimePatches") or []]
+                    info = {"template": {"spec": {"replicatedJobs": [
+                        {"name": n, "template": {"spec": {"template": {"metadata": {
+                            "labels": {"kueue.x-k8s.io/podset": n}}}}}} for n in names]}}}  # fmt: skip
+                    kp = next((p for p in patches if p.get("manager") == KUEUE_MANAGER), None)
+                    if kp is None:
+                        patches.append({"manager": KUEUE_MANAGER, "trainingRuntimeSpec": info})
+                    else:
+                        kp["trainingRuntimeSpec"] = info
+                    self._patch_tj(tj, {"spec": {"runtimePatches": patches}})
+                    with self._lock:
+                        self._admitted.add(uid)
+                self._patch_tj(tj, {"spec": {"suspend": False}})
+                return True
+            if not admitted:
+                if queue in self.kueue_held:
+                    self._patch_tj(tj, {"spec": {"suspend": True}})
+                    return True
+                with self._lock:
+                    self._admitted.add(uid)
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("kueue stand-in: %s: %s", meta["name"], e)
+        return False
+
+    def kueue_release(self, queue: str) -> None:
+        """Let a held queue admit its jobs now."""
+        self.kueue_held.discard(queue)
+        for tj in self._retry(self.custom.list_cluster_custom_object, GROUP, VERSION, "trainjobs")[
+            "items"
+        ]:
+            if (tj["metadata"].get("labels") or {}).get(QUEUE_LABEL) == queue:
+                self._on_event("MODIFIED", tj)
+
+    def kueue_preempt(self, namespace: str, name: str) -> None:
+        """Kueue evicts an admitted job (Stop): suspend it, then clear its podset info."""
+        tj = self._retry(
+            self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "trainjobs", name
+        )
+        with self._lock:
+            self._admitted.discard(tj["metadata"]["uid"])
+        self._patch_tj(tj, {"spec": {"suspend": True}})
+        patches = [dict(p) for p in tj["spec"].get("runtimePatches") or []]
+        for p in patches:
+            if p.get("manager") == KUEUE_MANAGER:
+                p["trainingRuntimeSpec"] = {"template": {"spec": {}}}
+        self._patch_tj(tj, {"spec": {"runtimePatches": patches}})
+
+    def _deadline_exceeded(self, job: JobRun, tj: dict[str, Any]) -> None:
+        """activeDeadlineSeconds ran out (trainjob_controller.go reconcileDeadline): the TrainJob
+        fails with reason DeadlineExceeded and its JobSet is deleted, its pods (and logs) with it."""
+        job.cancelled.set()
+        self._kill(job, grace=2.0)
+        self._delete_jobset(job.namespace, job.name)
+        self._set_condition(
+            tj, "Failed", "True", "DeadlineExceeded", "TrainJob exceeded its active deadline"
+        )
+        for pod in job.pods:
+            with self._lock:
+                self._pods.pop((pod.namespace, pod.name), None)
+            with contextlib.suppress(ApiException):
+                self._retry(
+                    self.core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0
+                )
+
+    def _apply_jobset(self, tj: dict[str, Any], rt: dict[str, Any]) -> bool:
+        """Create the JobSet the Trainer builds, through the API server (so the JobSet webhook
+        checks it). Refused: only a ``TrainJobResourcesCreationFailed`` event, as the Trainer's
+        reconciler emits (trainjob_controller.go); the TrainJob's status says nothing."""
+        js = build_jobset(tj, rt)
+        try:
+            self._retry(
+                self.custom.create_namespaced_custom_object,
+                "jobset.x-k8s.io",
+                "v1alpha2",
+                tj["metadata"]["namespace"],
+                "jobsets",
+                js,
+            )
+        except ApiException as e:
+            if e.status == 409:
+                return True  # resumed: the JobSet is still there
+            message = _api_message(e)
+            text = f"TrainJob resources reconciliation failed: {message[:950]}"
+            if len(message) > 950:
+                text += " ..."
+            self._event(tj, "Warning", "TrainJobResourcesCreationFailed", text)
+            return False
+        return True
+
+    def _delete_jobset(self, namespace: str, name: str) -> None:
+        try:
+            self._retry(
+                self.custom.delete_namespaced_custom_object,
+                "jobset.x-k8s.io",
+                "v1alpha2",
+                namespace,
+                "jobsets",
+                name,
+            )
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("deleting jobset %s: %s", name, e)
 
     def _plan_initializers(self, tj: dict[str, Any], cwd: Path) -> list[PodRun]:
         """A pod per ``spec.initializer`` entry (``dataset-initializer``, ``model-initializer``).
@@ -699,6 +862,9 @@ class StandIn:
         last_retry = 0.0
         failed: list[PodRun] = []
         while not job.cancelled.is_set():
+            if job.deadline is not None and time.monotonic() > job.deadline:
+                self._deadline_exceeded(job, tj)
+                return []
             if time.monotonic() - last_retry > 2:  # (re)try to start waiting pods
                 last_retry = time.monotonic()
                 for pod in stage:
@@ -1090,6 +1256,25 @@ class StandIn:
             return self._pods.get((namespace, name))
 
 
+def _deadline(tj: dict[str, Any], resumed: bool = False) -> float | None:
+    """When activeDeadlineSeconds runs out, on the monotonic clock: counted from creation, or
+    from the resume (Suspended False) as the Trainer does."""
+    seconds = (tj.get("spec") or {}).get("activeDeadlineSeconds")
+    if not seconds:
+        return None
+    if resumed:
+        return time.monotonic() + int(seconds)
+    start = tj["metadata"].get("creationTimestamp")
+    for c in (tj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Suspended" and c.get("status") == "False":
+            start = c.get("lastTransitionTime") or start
+    try:
+        began = dt.datetime.fromisoformat(str(start).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        began = time.time()
+    return time.monotonic() + (began + int(seconds) - time.time())
+
+
 def _killpg(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -1106,11 +1291,29 @@ def _cpu(resources: dict[str, Any]) -> float:
 
 
 def _gpus(resources: dict[str, Any]) -> int:
-    for part in ("limits", "requests"):
-        q = (resources.get(part) or {}).get("nvidia.com/gpu")
-        if q is not None:
-            return int(q)
+    """GPUs per node as the Trainer counts them (runtime.go GetNumGPUPerNode): the first
+    resource whose name contains "gpu", requests before limits."""
+    for part in ("requests", "limits"):
+        for key, q in (resources.get(part) or {}).items():
+            if "gpu" in str(key).lower() and q is not None:
+                n = math.ceil(float(str(q)))
+                if n:
+                    return n
     return 0
+
+
+def _runtime_node_resources(rt: dict[str, Any]) -> dict[str, Any]:
+    """The `node` container's resources in the runtime's trainer step (runtime.go
+    ExtractResourcePerNodeFromRuntime): what numProcPerNode `auto` uses without the job's."""
+    for rj in rt["spec"]["template"]["spec"].get("replicatedJobs") or []:
+        labels = ((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if rj.get("name") != "node" and labels.get(ANCESTOR) != "trainer":
+            continue
+        pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
+        for c in (pod or {}).get("containers") or []:
+            if c.get("name") == "node" and c.get("resources"):
+                return dict(c["resources"])
+    return {}
 
 
 def _patch_pod_volumes(

@@ -195,6 +195,40 @@ class KubeApi:
         where = Where("watch", "pods", self.namespace)
         return ObjectWatch(list_fn, watch_fn, lambda e: self._error(e, where), deadline, stop)
 
+    def trainjob_warnings(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Warning events about TrainJobs of the namespace (or the one named): the Trainer
+        reports a failed reconcile (its JobSet refused, ...) only this way."""
+        field = "involvedObject.kind=TrainJob" + (f",involvedObject.name={name}" if name else "")
+        data = self._json(
+            Where("list", "events", self.namespace),
+            self.core.list_namespaced_event,
+            self.namespace,
+            field_selector=field,
+        )
+        return [e for e in data.get("items") or [] if e.get("type") == "Warning"]
+
+    def trainjob_event_watch(
+        self, name: str, deadline: float | None = None, stop: threading.Event | None = None
+    ) -> ObjectWatch:
+        """A list-then-watch of the events about the one TrainJob."""
+        field = f"involvedObject.kind=TrainJob,involvedObject.name={name}"
+
+        def list_fn() -> Any:
+            return self.core.list_namespaced_event(
+                self.namespace,
+                field_selector=field,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+
+        def watch_fn(rv: str, seconds: int) -> Any:
+            return self.core.list_namespaced_event(
+                self.namespace, field_selector=field, **_watch_args(rv, seconds)
+            )
+
+        where = Where("watch", "events", self.namespace)
+        return ObjectWatch(list_fn, watch_fn, lambda e: self._error(e, where), deadline, stop)
+
 
 def _context_user_namespace(
     config_file: str | None, context: str | None

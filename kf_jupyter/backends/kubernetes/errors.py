@@ -128,6 +128,13 @@ def translate(
             f"when asked to {where.verb} {where.full_resource} {where.scope}. Your token or "
             "certificate is missing or expired: log in again (refresh the kubeconfig) and retry."
         )
+    if code in (400, 403) and "admission webhook" in msg and "denied the request" in msg:
+        # the Trainer's (controller-runtime's) webhook refuses with 403: not a permission matter
+        return JobRejectedError(
+            f"The cluster refused the {where.full_resource} {where.name!r} {where.scope}: "
+            f"{mask_secrets(msg)}. Fix what it names (the trainer's arguments or the options) "
+            "and submit again; client.dry_run(...) shows what is sent."
+        )
     if code == 403:
         return ForbiddenError(
             f"Forbidden: you{who} may not {where.verb} {where.full_resource} {where.scope} "

@@ -5,16 +5,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from ...build import build_trainjob
+from ...build import build_trainjob, fit_runtime_patches
 from ...config import RuntimeConfig, mask_object, mask_secrets
 from ...constants import (
     FRAMEWORK_ANNOTATION,
     GROUP,
     JOBSET_NAME_LABEL,
+    MULTIKUEUE_MANAGER,
     QUEUE_LABEL,
     SUSPENDED_BY_USER_ANNOTATION,
     TRAINJOB_PLURAL,
@@ -33,17 +35,25 @@ from ...failure import failure_from_pods, failure_text
 from ...progress import parse_time, parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
-from ...types import COMPLETE, FAILED, STATUSES, TERMINAL, TrainJob
+from ...types import COMPLETE, CREATED, FAILED, STATUSES, TERMINAL, TrainJob
 from ..base import StatusCallback, resolve_runtime_arg
 from . import workspace
 from .api import REQUEST_TIMEOUT
 from .errors import Where
 from .pods import POD_SELECTOR, newest_pods, pod_selector, pod_step
 from .runtimes import RuntimesMixin
-from .status import conditions, job_status
+from .status import DEADLINE_EXCEEDED, conditions, job_status, reconcile_failure
 from .watch import SYNC
 
 log = logging.getLogger("kf_jupyter.kubernetes")
+
+
+def suspend_patch(suspend: bool) -> dict[str, Any]:
+    """The merge patch `suspend_job` / `resume_job` send (spec.suspend and our annotation)."""
+    return {
+        "metadata": {"annotations": {SUSPENDED_BY_USER_ANNOTATION: "true" if suspend else None}},
+        "spec": {"suspend": suspend},
+    }
 
 
 class JobsMixin(RuntimesMixin):
@@ -70,6 +80,7 @@ class JobsMixin(RuntimesMixin):
         """The TrainJob `train` would create (runtime resolved on the cluster), creating nothing."""
         job = self._build(trainer, runtime, runtime_config, options)
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
+        fit_runtime_patches(job)
         # A preview is printed and shown: credentials in index URLs are masked (train() sends
         # the real ones).
         return mask_object(
@@ -87,6 +98,7 @@ class JobsMixin(RuntimesMixin):
         """Create the TrainJob; return its name."""
         job = self._build(trainer, runtime, runtime_config, options)
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
+        fit_runtime_patches(job)
         name = job["metadata"]["name"]
         created = self._json(
             Where("create", TRAINJOB_PLURAL, self.namespace, name),
@@ -107,6 +119,7 @@ class JobsMixin(RuntimesMixin):
         obj: dict[str, Any],
         pods: list[dict[str, Any]] | None,
         runtimes: dict[tuple[str, str], Runtime],
+        events: list[dict[str, Any]] | None = None,
     ) -> TrainJob:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
@@ -126,7 +139,23 @@ class JobsMixin(RuntimesMixin):
         )
         chosen = newest_pods(pods) if pods is not None else None
         status, reason, message = job_status(obj, chosen, num_nodes)
+        if status == CREATED and not reason and events:
+            reason, message = reconcile_failure(obj, events) or (reason, message)
         failure = failure_from_pods(chosen) if status == FAILED else None
+        if spec.get("managedBy") == MULTIKUEUE_MANAGER and status == CREATED and not chosen:
+            reason = "MultiKueue"
+            message = (
+                f"{message + ' ' if message else ''}MultiKueue runs this job on a worker cluster: "
+                "its pods and logs are there, not on this cluster, which shows only the status "
+                "Kueue copies back."
+            )
+        if status == FAILED and reason == DEADLINE_EXCEEDED:
+            message = (
+                f"The job ran past its deadline (activeDeadlineSeconds="
+                f"{spec.get('activeDeadlineSeconds')}): the Trainer stopped it and deleted its "
+                "pods, so their logs are gone from the cluster; the output shown while it ran is "
+                "all there is. Give it more time with ActiveDeadlineSeconds(...)."
+            )
         if failure is not None:
             message = f"{failure_text(failure)}\n({message or reason})"
         completion = None
@@ -181,6 +210,17 @@ class JobsMixin(RuntimesMixin):
             self._to_trainjob(obj, pods_by_job.get(obj["metadata"]["name"], []), runtimes)
             for obj in items
         ]
+        if any(j.status == CREATED and not j.reason and not j.steps for j in jobs):
+            # a job without pods may never start: the Trainer says why only in an event
+            events = self.trainjob_warnings()
+            jobs = [
+                self._to_trainjob(
+                    obj, pods_by_job.get(obj["metadata"]["name"], []), runtimes, events
+                )
+                if j.status == CREATED and not j.reason and not j.steps
+                else j
+                for obj, j in zip(items, jobs, strict=True)
+            ]
         jobs.sort(key=lambda j: (j.creation_time is None, j.creation_time), reverse=True)
         return jobs
 
@@ -189,7 +229,10 @@ class JobsMixin(RuntimesMixin):
         obj = self._get_trainjob(name)
         pods = self._list_pods(pod_selector(name))
         runtimes = self._cached_runtimes() if self._needs_runtime(obj) else {}
-        return self._to_trainjob(obj, pods, runtimes)
+        job = self._to_trainjob(obj, pods, runtimes)
+        if job.status == CREATED and not job.reason and not pods:
+            job = self._to_trainjob(obj, pods, runtimes, self.trainjob_warnings(name))
+        return job
 
     def delete_job(self, name: str) -> None:
         """Delete the TrainJob; foreground propagation removes its JobSet and pods first."""
@@ -225,17 +268,20 @@ class JobsMixin(RuntimesMixin):
         meta = obj.get("metadata") or {}
         by_user = (meta.get("annotations") or {}).get(SUSPENDED_BY_USER_ANNOTATION) == "true"
         queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if suspend and queue and not by_user:
+            raise JobStateError(
+                f"TrainJob {name!r} runs under Kueue (queue {queue!r}): Kueue resumes a job it "
+                "has admitted when anyone else suspends it, so suspend_job would not hold. To "
+                "stop it and keep it, deactivate its Kueue Workload (kubectl patch workloads."
+                'kueue.x-k8s.io <workload> --type=merge -p \'{"spec":{"active":false}}\'), '
+                f"or delete it with client.delete_job({name!r})."
+            )
         if not suspend and queue and not by_user and (obj.get("spec") or {}).get("suspend"):
             raise JobStateError(
                 f"TrainJob {name!r} waits in Kueue queue {queue!r}: Kueue resumes it when it "
                 "admits it. Look at the queue with kubectl get localqueue, workloads."
             )
-        patch = {
-            "metadata": {
-                "annotations": {SUSPENDED_BY_USER_ANNOTATION: "true" if suspend else None}
-            },
-            "spec": {"suspend": suspend},
-        }
+        patch = suspend_patch(suspend)
         self._json(
             Where("patch", TRAINJOB_PLURAL, self.namespace, name),
             self.custom.patch_namespaced_custom_object,
@@ -259,7 +305,9 @@ class JobsMixin(RuntimesMixin):
         """Block until the job reaches one of `status`, following a watch (it never polls).
 
         Requests: one list and one watch (more only if the watch breaks or expires), and one
-        pod list at the end for the steps of the returned job. Callbacks run on each change of
+        pod list at the end for the steps of the returned job; while the job is Created, one
+        list and one watch of its events too (the Trainer reports a failed reconcile only there:
+        such an event ends the wait with `JobFailedError`). Callbacks run on each change of
         status (the jobs they get carry no steps; the returned one does).
         """
         wanted = set(status)
@@ -273,6 +321,22 @@ class JobsMixin(RuntimesMixin):
         runtimes: dict[tuple[str, str], Runtime] = {}
         last: TrainJob | None = None
         watch = self.trainjob_watch(name, deadline)
+        events = self.trainjob_event_watch(name, deadline)
+        stuck: list[tuple[str, str]] = []
+        follower: threading.Thread | None = None
+
+        def follow_events(obj: dict[str, Any]) -> None:
+            """The Trainer's reconcile failures come only as events: stop the wait on one."""
+            try:
+                for etype, payload in events:
+                    found = reconcile_failure(obj, payload if etype == SYNC else [payload])
+                    if found is not None:
+                        stuck.append(found)
+                        watch.close()
+                        return
+            except KFJupyterError:
+                pass  # the wait itself reports what it meets
+
         try:
             for etype, payload in watch:
                 if etype == SYNC:
@@ -292,6 +356,14 @@ class JobsMixin(RuntimesMixin):
                 if not runtimes and self._needs_runtime(obj):
                     runtimes = self._cached_runtimes()
                 job = self._to_trainjob(obj, None, runtimes)
+                # while it has not started, follow its events too (a list and a watch)
+                if follower is None and job.status == CREATED and CREATED not in wanted:
+                    follower = threading.Thread(
+                        target=follow_events, args=(obj,), name=f"kf-events-{name}", daemon=True
+                    )
+                    follower.start()
+                elif follower is not None and job.status != CREATED:
+                    events.close()
                 if last is None or job.status != last.status:
                     for cb in callbacks or []:
                         cb(job)
@@ -310,6 +382,14 @@ class JobsMixin(RuntimesMixin):
                     return self._to_trainjob(obj, pods, runtimes)
         finally:
             watch.close()
+            events.close()
+        if stuck:
+            reason, message = stuck[0]
+            raise JobFailedError(
+                f"TrainJob {name!r} will not start ({reason}): {message}. It stays Created on the "
+                f"cluster: delete it with client.delete_job({name!r}) and submit again once the "
+                "cause is fixed."
+            )
         raise WaitTimeoutError(
             f"TrainJob {name!r} did not reach {'/'.join(sorted(wanted))} within {timeout:g} s "
             f"(last status: {last.status if last else 'unknown'}). Wait longer with timeout=..., "

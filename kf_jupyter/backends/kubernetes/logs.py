@@ -18,7 +18,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...constants import CLUSTER_RUNTIME_KIND, LAUNCHER_JOB, RESULT_PREFIX, RUNTIME_KIND
-from ...errors import BackendError, JobFailedError, JobNotFoundError, ValidationError
+from ...errors import (
+    BackendError,
+    JobFailedError,
+    JobNotFoundError,
+    JobStateError,
+    ValidationError,
+)
 from ...logview import UPDATE, UPDATE_BYTES, collapse_cr, log_lines, terminal_line
 from ...types import COMPLETE, FAILED, LogRecord, TrainJob
 from ..base import human_records, tag_records
@@ -415,6 +421,11 @@ class LogsMixin(JobsMixin):
     ) -> Iterator[str]:
         """Log lines, tagged `[node-N] ` when the job has more than one pod."""
         job = self.get_job(name)
+        if job.reason == "MultiKueue" and not job.steps:
+            raise JobStateError(
+                f"TrainJob {name!r} runs on a MultiKueue worker cluster: its pods and their logs "
+                "are there, not on this cluster. Read them with a kubeconfig for that cluster."
+            )
         multi = len(self.log_sources(job, step)) > 1
         return tag_records(human_records(self, name, step, follow, tail_lines), multi)
 

@@ -87,3 +87,41 @@ def suspension(obj: dict[str, Any]) -> tuple[str, str, str] | None:
         "Suspended",
         message or "The job is suspended: its pods are stopped. Resume it to start them again.",
     )
+
+
+#: The Failed reason when activeDeadlineSeconds ran out (the Trainer then deletes the JobSet).
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+
+#: Why a Created TrainJob will not start, when the Trainer says so only in an event.
+RECONCILE_FAILED = "TrainJobResourcesCreationFailed"
+
+
+def reconcile_failure(obj: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(reason, message) of the newest Warning event about this TrainJob (same uid), else None.
+
+    The Trainer reports a reconcile that fails (its JobSet refused by the JobSet webhook, a
+    runtime gone) only as a `TrainJobResourcesCreationFailed` event; the status stays empty.
+    """
+    meta = obj.get("metadata") or {}
+    uid, name = meta.get("uid"), meta.get("name")
+    mine = [
+        e
+        for e in events
+        if e.get("type") == "Warning"
+        and (e.get("involvedObject") or {}).get("kind") == "TrainJob"
+        and (e.get("involvedObject") or {}).get("name") == name
+        and (e.get("involvedObject") or {}).get("uid") in (None, "", uid)
+    ]
+    if not mine:
+        return None
+    ev = max(
+        mine,
+        key=lambda e: str(
+            e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or ""
+        ),
+    )
+    text = str(ev.get("message") or ev.get("reason") or "")
+    return (
+        str(ev.get("reason") or RECONCILE_FAILED),
+        f"The Kubeflow Trainer cannot create this job's pods, so it will not start: {text}",
+    )

@@ -21,6 +21,9 @@ from .errors import Where, is_api_exception, retryable
 SYNC = "SYNC"  # a full list: (SYNC, [objects])
 MAX_WATCH_SECONDS = 290  # server-side watch timeout when there is no deadline
 BACKOFF_START, BACKOFF_MAX = 0.2, 2.0
+# After a lost connection, how long a 404 (a restarting API server not serving a CRD yet) is
+# retried rather than reported.
+RECOVERY_SECONDS = 30.0
 
 
 def iter_lines(resp: Any, keep_partial: bool = False) -> Iterator[bytes]:
@@ -88,6 +91,7 @@ class ObjectWatch:
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         rv: str | None = None
         backoff = BACKOFF_START
+        recovering_until: float | None = None  # after a lost connection: when to stop forgiving
         while not self.stop.is_set() and self._remaining() > 0:
             try:
                 if rv is None:
@@ -120,6 +124,7 @@ class ObjectWatch:
                     if new_rv:
                         rv = str(new_rv)
                     backoff = BACKOFF_START
+                    recovering_until = None
                     if etype == "BOOKMARK":
                         continue
                     yield str(etype), obj
@@ -137,8 +142,16 @@ class ObjectWatch:
                     rv = None
                     self.relists += 1
                     continue
-                if not retryable(exc) and not _broken_stream(exc):
+                starting = (  # a restarted API server 404s a CRD's path until it serves it
+                    recovering_until is not None
+                    and time.monotonic() < recovering_until
+                    and is_api_exception(exc)
+                    and getattr(exc, "status", 0) == 404
+                )
+                if not retryable(exc) and not _broken_stream(exc) and not starting:
                     raise self._on_error(exc) from None
+                if recovering_until is None:
+                    recovering_until = time.monotonic() + RECOVERY_SECONDS
                 self.reconnects += 1
                 wait = min(backoff, max(0.0, self._remaining()))
                 self.stop.wait(wait)

@@ -56,6 +56,7 @@ from ...types import (
 from ...workspace import ENV_DIR as WS_ENV_DIR
 from ...workspace import copy_into, snapshot_for
 from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
+from . import gpus as gpu
 from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
@@ -208,11 +209,121 @@ class LocalBackend:
         """The manifest and the local launch plan train() would use; nothing is started."""
         manifest, plan, _, _ = self._prepare(trainer, runtime, runtime_config, options)
         snap = snapshot_for(trainer, runtime_config, self._cwd(), [self.state_dir])
+        gpus = self._gpu_preview(plan)
         # A preview is printed and shown: credentials in index URLs are masked.
         return mask_object(
             {"backend": self.name, "trainjob": manifest, "plan": plan.to_dict()}
             | ({"workspace": snap.summary()} if snap else {})
+            | ({"gpus": gpus} if gpus else {})
         )
+
+    # ------------------------------------------------------------------ GPUs
+
+    @staticmethod
+    def gpu_requests(plan: LaunchPlan) -> dict[str, int]:
+        """{process: devices} this job takes: k per node (one launcher holds all of an MPI
+        job's: mpirun starts every rank itself)."""
+        k = plan.shape.gpus_per_node
+        if k <= 0:
+            return {}
+        if plan.policy == "mpi":
+            return {p.name: k * plan.shape.num_nodes for p in plan.processes}
+        return {p.name: k for p in plan.processes}
+
+    @staticmethod
+    def _check_mig(manifest: dict[str, Any]) -> None:
+        limits = ((manifest["spec"].get("trainer") or {}).get("resourcesPerNode") or {}).get(
+            "limits"
+        ) or {}
+        mig = sorted(k for k in limits if k.startswith("nvidia.com/mig-"))
+        if mig:
+            raise ValidationError(
+                f"The job asks for MIG slices ({', '.join(mig)}), which the local backend does "
+                "not hand out (it gives whole GPUs: resources_per_node={'gpu': k}). Ask for "
+                "whole GPUs to run it here, or run it on a cluster."
+            )
+
+    def gpu_inventory(self, plan: LaunchPlan) -> list[dict[str, Any]]:
+        """This machine's GPUs for a job that asks for some (nvidia-smi); ValidationError when
+        it asks for more than there are, or there are none."""
+        requests = self.gpu_requests(plan)
+        need = sum(requests.values())
+        k, n = plan.shape.gpus_per_node, plan.shape.num_nodes
+        asked = f"{k} GPU{'s' if k != 1 else ''} on each of its {n} nodes ({need} in all)"
+        if n == 1:
+            asked = f"{k} GPU{'s' if k != 1 else ''}"
+        try:
+            inventory = gpu.discover()
+        except gpu.GPUQueryError as exc:
+            raise ValidationError(
+                f"Job {plan.job_name!r} asks for {asked}, but this machine's GPUs could not be "
+                f"listed: {exc}. Check the NVIDIA driver (run nvidia-smi), or run the job on a "
+                "cluster, or without resources_per_node gpu."
+            ) from None
+        if not inventory:
+            raise ValidationError(
+                f"Job {plan.job_name!r} asks for {asked}, but this machine has no NVIDIA GPU "
+                "(nvidia-smi is not on PATH). Run it on a cluster, or locally without "
+                "resources_per_node gpu (the ranks then run on the CPU)."
+            )
+        if need > len(inventory):
+            listed = ", ".join(gpu.device_label(d) for d in inventory)
+            raise ValidationError(
+                f"Job {plan.job_name!r} asks for {asked}, but this machine has only "
+                f"{len(inventory)} ({listed}). Ask for fewer GPUs per node or fewer nodes (at "
+                f"most {len(inventory)} in all), or run it on a cluster."
+            )
+        return inventory
+
+    def _gpu_preview(self, plan: LaunchPlan) -> dict[str, Any] | None:
+        """The device plan --dry-run shows: what each node would get if it started now."""
+        requests = self.gpu_requests(plan)
+        if not requests:
+            if gpu.smi_path() is not None:
+                return {"per_node": 0, "note": "no GPU asked for: every node gets none"}
+            return None
+        inventory = self.gpu_inventory(plan)
+        held = gpu.allocations(str(self.state_dir), sv.same_process)
+        free = [d for d in inventory if d["uuid"] not in held]
+        need = sum(requests.values())
+        out: dict[str, Any] = {
+            "per_node": plan.shape.gpus_per_node,
+            "devices": inventory,
+            "free": len(free),
+            "nccl_defaults": dict(gpu.NCCL_DEFAULTS),
+        }
+        if need > len(free):
+            out["plan"] = None
+            out["note"] = gpu.waiting_message(need, len(free), gpu.holders(held))
+            return out
+        it = iter(free)
+        plan_map = {p: [next(it) for _ in range(k)] for p, k in requests.items()}
+        out["plan"] = {
+            p: {
+                "devices": [gpu.device_label(d) for d in devs],
+                "CUDA_VISIBLE_DEVICES": ",".join(d["uuid"] for d in devs),
+            }
+            for p, devs in plan_map.items()
+        }
+        out["note"] = "devices free now; the job takes its own when it starts"
+        return out
+
+    def gpu_usage(self, name: str) -> dict[str, dict[str, Any]]:
+        """Utilisation and memory of each device job `name` holds now ({uuid: {...}}, with
+        the node and index), from nvidia-smi; {} when it holds none or nvidia-smi fails."""
+        st = self._status(name)
+        plan = st.get("gpus") or {}
+        if st.get("status") != RUNNING or not plan:
+            return {}
+        where = {d["uuid"]: (node, d) for node, devs in plan.items() for d in devs}
+        try:
+            now = gpu.usage(list(where))
+        except gpu.GPUQueryError:
+            return {}
+        return {
+            u: {"node": where[u][0], "index": where[u][1].get("index"), **vals}
+            for u, vals in now.items()
+        }
 
     @staticmethod
     def _check_secrets(plan: LaunchPlan) -> None:
@@ -257,6 +368,8 @@ class LocalBackend:
         manifest, plan, rt, _ = self._prepare(trainer, runtime, runtime_config, options)
         name = manifest["metadata"]["name"]
         self._check_secrets(plan)
+        self._check_mig(manifest)
+        inventory = self.gpu_inventory(plan) if self.gpu_requests(plan) else []
         cwd = self._cwd()
         if not os.path.isdir(cwd):
             raise ValidationError(
@@ -283,7 +396,7 @@ class LocalBackend:
             if snap is not None:  # taken now: a file edited later does not change the job
                 copy_into(snap, jd / "workspace")
                 cwd = str(jd / "workspace")
-            return self._launch(jd, manifest, plan, rt, python, provided, cwd, trainer)
+            return self._launch(jd, manifest, plan, rt, python, provided, cwd, trainer, inventory)
         except OSError as exc:
             shutil.rmtree(jd, ignore_errors=True)
             if sv.is_disk_full(exc):
@@ -324,6 +437,14 @@ class LocalBackend:
             # RuntimeConfig's value wins.
             "TORCH_DIST_INIT_BARRIER": os.environ.get("TORCH_DIST_INIT_BARRIER", "1"),
         }
+        if plan.shape.gpus_per_node > 0:
+            # Single-host NCCL (gpus.NCCL_DEFAULTS); the kernel's or RuntimeConfig's value wins.
+            env.update({k: os.environ.get(k, v) for k, v in gpu.NCCL_DEFAULTS.items()})
+        elif gpu.smi_path() is not None:
+            # A pod that asks for no GPU sees none, even on a GPU node: so does a local node
+            # (and it cannot touch a device another job holds). RuntimeConfig.env may say else.
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            env["NVIDIA_VISIBLE_DEVICES"] = "void"
         env.update(proc.env)  # RuntimeConfig env, then the policy's (the policy wins)
         env.update(
             {
@@ -389,6 +510,7 @@ class LocalBackend:
         provided: bool,
         cwd: str,
         trainer: BaseTrainer,
+        inventory: list[dict[str, Any]] | None = None,
     ) -> str:
         name = plan.job_name
         for sub in ("logs", "tmp", "work"):
@@ -413,6 +535,13 @@ class LocalBackend:
             "cwd": cwd,
             "deadline_seconds": plan.deadline_seconds,
             "python": python,
+            "gpus": {
+                "requests": self.gpu_requests(plan),
+                "inventory": inventory,
+                "state_dir": str(self.state_dir),
+            }
+            if self.gpu_requests(plan)
+            else None,
             "processes": [
                 {
                     "name": p.name,
@@ -443,6 +572,7 @@ class LocalBackend:
                 "policy": plan.policy,
                 "num_nodes": plan.shape.num_nodes,
                 "num_proc_per_node": plan.shape.num_proc_per_node,
+                "gpus_per_node": plan.shape.gpus_per_node,
                 "trainer": type(trainer).__name__,
                 "python": python,
                 "cwd": cwd,
@@ -539,6 +669,13 @@ class LocalBackend:
             trainer_status=self._trainer_status(st["name"]),
             failure=failure_from_dict(st.get("failure")),
             warm=self._warm_state(st["name"]),
+            gpus={
+                str(k): [d for d in v if isinstance(d, dict)]
+                for k, v in (st.get("gpus") or {}).items()
+                if isinstance(v, list)
+            }
+            if st.get("status") != SUSPENDED  # a suspended job gave its devices back
+            else {},
         )
 
     def _trainer_status(self, name: str) -> TrainerStatus | None:
@@ -725,6 +862,9 @@ class LocalBackend:
         live = [(p, c) for p, c in known if sv.same_process(p, c)]
         if live:
             sv.stop_tree(groups, live)
+        # Its supervisor released them unless it was killed; every process is stopped now.
+        with contextlib.suppress(OSError):
+            gpu.release(str(self.state_dir), name)
         try:
             sv.finish_status(
                 str(jd),

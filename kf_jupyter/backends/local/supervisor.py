@@ -21,6 +21,9 @@ the files alone.
 - A full disk: a few KiB are set aside (`.reserve`) when the job starts; if the job folder's
   filesystem fills up (a rank fails while it is full, or one of our own writes gets ENOSPC), the
   processes are stopped, the reserve is released and the job ends Failed / LogWriteFailed.
+- GPUs (spawn.json `gpus`): before starting the processes it takes each node's devices from the
+  store-wide allocator (gpus.py), waiting as Created / WaitingForGPUs while too few are free, and
+  gives them back on suspend and whenever it exits.
 - If the supervisor itself fails unexpectedly it still stops the job's processes; if the job
   folder is removed under it (checked every second), it stops them too.
 """
@@ -65,7 +68,9 @@ REASON_LOST = "SupervisorLost"
 REASON_LOG_WRITE = "LogWriteFailed"
 REASON_SUSPENDED = "Suspended"
 REASON_RESUMED = "Resumed"
+REASON_WAITING_GPUS = "WaitingForGPUs"
 CONTROL_FILE = "control.json"
+GPU_RETRY_SECONDS = 0.5  # a job waiting for GPUs asks the allocator again this often
 
 
 # ----------------------------------------------------------------------------- job-folder files
@@ -579,6 +584,8 @@ class Supervisor:
         self.control_wake = False
         self.run_number = 1
         self.status_env: dict[str, str] = {}
+        self.gpus: Any = _load_sibling("gpus") if self.spec.get("gpus") else None
+        self.gpu_plan: dict[str, list[dict[str, Any]]] = {}
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.cancel_signal = signum
@@ -612,6 +619,8 @@ class Supervisor:
 
     def _finish(self, status: str, reason: str, message: str) -> None:
         """Record the end (after the processes were stopped: nothing else is writing now)."""
+        # The devices are free before the job reads as ended: whoever sees it ended may take them.
+        self._release_gpus()
         if self.disk_error is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.reserve)
@@ -681,6 +690,12 @@ class Supervisor:
             env = dict(os.environ)
             env.update(self.status_env)
             env.update(item["env"])
+            if self.gpus is not None:
+                # Each node sees only its own devices, by UUID, as a pod does (the device
+                # plugin sets NVIDIA_VISIBLE_DEVICES; CUDA, JAX and XGBoost read CUDA_...).
+                uuids = ",".join(d["uuid"] for d in self.gpu_plan.get(item["name"], []))
+                env["CUDA_VISIBLE_DEVICES"] = uuids
+                env["NVIDIA_VISIBLE_DEVICES"] = uuids or "void"
             os.makedirs(env.get("KF_JUPYTER_WORKDIR", logs), exist_ok=True)
             with open(os.path.join(logs, f"{item['name']}.log"), "ab") as log:
                 p = subprocess.Popen(
@@ -714,6 +729,7 @@ class Supervisor:
     def _suspend(self) -> None:
         """Stop the processes and keep everything else (see the module docstring)."""
         self._stop_all()
+        self._release_gpus()
         self.procs, self.exits, self.snapshot = {}, {}, []
         self.suspended = True
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -729,6 +745,13 @@ class Supervisor:
         self._event("Normal", REASON_SUSPENDED, message)
 
     def _resume(self) -> None:
+        if not self._wait_for_gpus():
+            if self.cancel_signal is None and not self.broken:
+                message = "The job is suspended: it was suspended again while it waited for GPUs."
+                self._update(
+                    lambda st: st.update(status=SUSPENDED, reason=REASON_SUSPENDED, message=message)
+                )
+            return
         self.run_number += 1
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         log_marker(
@@ -744,6 +767,64 @@ class Supervisor:
             )
         )
         self._event("Normal", REASON_RESUMED, message)
+
+    # ------------------------------------------------------------ GPUs
+
+    def _release_gpus(self) -> None:
+        if self.gpus is not None:
+            with contextlib.suppress(Exception):
+                self.gpus.release(self.spec["gpus"]["state_dir"], self.spec["job"], os.getpid())
+            self.gpu_plan = {}
+
+    def _wait_for_gpus(self) -> bool:
+        """Take this job's devices from the store-wide allocator, waiting while too few are
+        free (status Created, reason WaitingForGPUs). False if the job was cancelled, asked to
+        suspend or removed meanwhile (nothing was taken then)."""
+        if self.gpus is None:
+            return True
+        g = self.spec["gpus"]
+        requests = {str(k): int(v) for k, v in g["requests"].items()}
+        need = sum(requests.values())
+        owner = (os.getpid(), process_identity(os.getpid()))
+        said = None
+        while True:
+            plan, free, holders = self.gpus.allocate(
+                g["state_dir"], self.spec["job"], requests, g["inventory"], owner, same_process
+            )
+            if plan is not None:
+                break
+            message = self.gpus.waiting_message(need, free, holders)
+            if message != said:
+                said = message
+
+                def waiting(st: dict[str, Any], message: str = message) -> None:
+                    if st.get("status") not in TERMINAL:
+                        st.update(status=CREATED, reason=REASON_WAITING_GPUS, message=message)
+
+                self._update(waiting)
+                self._event("Normal", REASON_WAITING_GPUS, message)
+            end = time.monotonic() + GPU_RETRY_SECONDS
+            while time.monotonic() < end:
+                if self.cancel_signal is not None or read_control(self.job_dir):
+                    return False
+                if not os.path.exists(os.path.join(self.job_dir, "status.json")):
+                    self.broken = True
+                    return False
+                time.sleep(POLL_SECONDS * 2)
+        self.gpu_plan = plan
+        text = self.gpus.plan_text(plan)
+        detail = "; ".join(
+            f"{node}: {', '.join(d['uuid'] for d in devs)}" for node, devs in plan.items()
+        )
+
+        def assigned(st: dict[str, Any]) -> None:
+            st["gpus"] = plan
+            if st.get("reason") == REASON_WAITING_GPUS:
+                st.update(reason="", message="")
+
+        self._update(assigned)
+        self._event("Normal", "GPUsAssigned", f"{text} ({detail})")
+        return True
 
     def _start_status_endpoint(self) -> None:
         """The job's trainer status endpoint (status_endpoint.py); the job runs without one if
@@ -827,6 +908,7 @@ class Supervisor:
         try:
             return self._run(wake_r)
         finally:
+            self._release_gpus()  # whatever way the job ended (a crash is reclaimed later)
             with contextlib.suppress(OSError):
                 os.unlink(self.reserve)
 
@@ -842,7 +924,12 @@ class Supervisor:
             self._suspend()
         try:
             if not self.suspended:
-                self._start()
+                if self._wait_for_gpus():
+                    self._start()
+                elif self.broken:
+                    return 1
+                elif self.cancel_signal is None:
+                    self._suspend()  # asked to suspend while it waited
         except Exception as exc:
             self._stop_all()
             if is_disk_full(exc) or self.disk_error is not None:

@@ -96,6 +96,31 @@ def _kill_known(procs):
             os.kill(pid, signal.SIGKILL)
 
 
+def cuda_initialised(maps=True):
+    """Why this process cannot fork a rank that uses a GPU (None: it can).
+
+    CUDA does not survive a fork: a child of a process that initialised it cannot use the
+    device. The pool only imports frameworks (none of them initialises CUDA on import), so
+    this holds unless a preloaded module did more. The memory map (is libcuda loaded?) is read
+    once the preloads are done (`maps`: the pool runs no other code); torch's own flag before
+    every fork.
+    """
+    torch = sys.modules.get("torch")
+    with contextlib.suppress(Exception):
+        if torch is not None and torch.cuda.is_initialized():
+            return "torch initialised CUDA in the pool process"
+    if not maps:
+        return None
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            maps = fh.read()
+    except OSError:
+        return None
+    if "/libcuda.so" in maps:
+        return "the CUDA driver (libcuda) is loaded in the pool process"
+    return None
+
+
 def _load_agent():
     here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location("kfj_warm_agent", os.path.join(here, "agent.py"))
@@ -175,6 +200,7 @@ class Zygote:
         self.last_active = time.monotonic()
         self.agent = None
         self.listener = None
+        self.cuda_why = None
 
     def _write_meta(self, state):
         meta = {
@@ -205,6 +231,7 @@ class Zygote:
         set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v}
         self.agent = _load_agent()
         self.agent.prepare_parent(self.preload, set_by_imports)
+        self.cuda_why = cuda_initialised()
         # Bind under a temporary name and rename: a shim never sees a socket nobody listens on.
         tmp = f"{self.sock_path}.{os.getpid()}.tmp"
         with contextlib.suppress(FileNotFoundError):
@@ -285,6 +312,10 @@ class Zygote:
             why = self.agent.unsupported(header)
         except Exception as exc:  # a bug here must not take the pool down
             why = f"the warm path could not read the command ({exc!r})"
+        cuda = self.cuda_why or cuda_initialised(maps=False)
+        if cuda and not why:
+            # Never fork then: the job starts cold (its events say why).
+            why = f"{cuda}, so a rank forked from it could not use a GPU"
         if why:
             _send(conn, {"warm": False, "why": why})
             for fd in fds:
