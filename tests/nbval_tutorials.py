@@ -40,6 +40,7 @@ class TestCluster:
     def __init__(self) -> None:
         self.server: Any = None
         self.standin: Any = None
+        self.webhooks: Any = None
 
     def start(self) -> str:
         """Start everything; return the admin kubeconfig path (HarnessUnavailable if impossible)."""
@@ -48,10 +49,17 @@ class TestCluster:
         from tests.k8s_cluster.standin import StandIn
 
         crds.load_crds()  # fails before anything starts when the manifests are missing
+        from tests.k8s_cluster.admission import AdmissionServer
+
         self.server = ApiServer("kf-notebooks")
         self.server.start()
         api = self.server.api_client()
-        crds.install(api)
+        # the admission webhooks of a Trainer + JobSet cluster: the tutorial's jobs are checked
+        # as a real cluster checks them (CEL rules, Trainer and JobSet webhooks)
+        self.webhooks = AdmissionServer(
+            self.server.kubeconfig_path, *self.server.server_cert, self.server.ca_file
+        ).start()
+        crds.install(api, before_runtimes=lambda: self.webhooks.install(api))
         rbac.install(api)
         self.standin = StandIn(self.server.kubeconfig_path, *self.server.server_cert).start()
         return str(self.server.kubeconfig_path)
@@ -62,6 +70,8 @@ class TestCluster:
             self.standin.stop()
         if self.server is not None:
             self.server.stop()
+        if self.webhooks is not None:
+            self.webhooks.stop()
 
 
 _state: dict[str, Any] = {}

@@ -261,3 +261,33 @@ def test_numprocpernode_auto_uses_the_runtimes_resources(
     assert pods, "no pod"
     env = {e.name: e.value for e in pods[0].spec.containers[0].env}
     assert env["PET_NPROC_PER_NODE"] == "3"
+
+
+def test_pods_come_from_the_jobset_with_the_patches_merged(
+    custom: Any, k8s_namespace: str, k8s_standin: Any, k8s_cluster: Any
+) -> None:
+    """The stand-in creates the JobSet the Trainer builds and runs its pods from it."""
+    from kubernetes import client
+
+    patch = {"manager": "kf.io/x", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "nodeSelector": {"pool": "a"}}}}}}]}}}}  # fmt: skip
+    tj = _tj("from-jobset", trainer={"numNodes": 2, "command": ["true"]}, runtimePatches=[patch])
+    custom.create_namespaced_custom_object(G, V, k8s_namespace, "trainjobs", tj)
+    core = client.CoreV1Api(k8s_cluster.api_client())
+    deadline = time.monotonic() + 60
+    pods: list[Any] = []
+    while time.monotonic() < deadline and len(pods) < 2:
+        pods = core.list_namespaced_pod(k8s_namespace).items
+        time.sleep(0.3)
+    js = custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", k8s_namespace, "jobsets", "from-jobset"
+    )
+    [node] = js["spec"]["replicatedJobs"]
+    assert node["template"]["spec"]["completions"] == 2
+    assert node["template"]["spec"]["completionMode"] == "Indexed"  # the JobSet defaulter
+    pod_tmpl = node["template"]["spec"]["template"]["spec"]
+    assert pod_tmpl["nodeSelector"] == {"pool": "a"}
+    assert pod_tmpl["containers"][0]["command"] == ["true"]
+    assert sorted(p.metadata.name for p in pods) == ["from-jobset-node-0-0", "from-jobset-node-0-1"]
+    assert all(p.spec.node_selector == {"pool": "a"} for p in pods)

@@ -520,3 +520,27 @@ def test_mig_slices_are_refused_locally(cold: TrainerClient) -> None:
             )
         )
     assert cold.list_jobs() == []
+
+
+def test_the_dry_run_magic_prints_the_device_plan(
+    tmp_path: Path, monkeypatch: Any, capsys: Any, standin_smi: StandinSMI
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kf_jupyter.magics.core import KubeflowMagics
+
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(tmp_path / "magic-state"))
+    sh = InteractiveShell.instance()
+    sh.register_magics(KubeflowMagics(shell=sh))
+    result = sh.run_cell("%%torchtrain -n 2 --resources gpu=2 --dry-run\nprint(1)\n")
+    out = capsys.readouterr().out
+    assert result.success, out
+    assert "numProcPerNode" not in out  # the manifest leaves auto to the Trainer
+    assert "# local GPUs: 2 per node; 4 of 4 free now" in out
+    assert "#   node-1: GPU 2 (Stand-in GPU, GPU-00000002), GPU 3 (" in out
+    assert f"#     CUDA_VISIBLE_DEVICES={uuid_of(2)},{uuid_of(3)}" in out
+    assert "NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1" in out
+    result = sh.run_cell("%%torchtrain -n 1 --resources gpu=5 --dry-run\nprint(1)\n")
+    err = capsys.readouterr()
+    assert "asks for 5 GPUs, but this machine has only 4" in err.out + err.err
+    assert "Traceback" not in err.out + err.err

@@ -284,7 +284,10 @@ def test_wait_arguments_are_validated_like_the_sdk(client) -> None:
 # -- options ---------------------------------------------------------------------------------------
 
 
-def _typed_patch(ns: Any) -> Any:
+def _typed_patch(ns: Any, sidecar: bool = True) -> Any:
+    """A typed runtime patch; `sidecar`: with env for a `sidecar` container (only a runtime that
+    has one accepts that on a cluster, so the API server test leaves it out)."""
+    side = [ns.ContainerPatch(name="sidecar", env=[{"name": "A", "value": "1"}])]
     return ns.TrainingRuntimeSpecPatch(
         template=ns.JobSetTemplatePatch(
             metadata={"labels": {"team": "a"}},
@@ -297,11 +300,7 @@ def _typed_patch(ns: Any) -> Any:
                                 template=ns.PodTemplatePatch(
                                     spec=ns.PodSpecPatch(
                                         node_selector={"disk": "ssd"},
-                                        containers=[
-                                            ns.ContainerPatch(
-                                                name="sidecar", env=[{"name": "A", "value": "1"}]
-                                            )
-                                        ],
+                                        containers=side if sidecar else None,
                                     )
                                 )
                             )
@@ -678,7 +677,7 @@ def test_container_trainer_options_and_sdk_objects_on_the_api_server(
             opts.Annotations({"note": "sdk"}),
             TrainerCommand(["bash", "-c", 'echo "$GREETING from the container trainer"']),
             opts.ActiveDeadlineSeconds(600),
-            RuntimePatch(_typed_patch(opts)),
+            RuntimePatch(_typed_patch(opts, sidecar=False)),
         ],
     )
     assert name == "sdk-container-1"
@@ -707,6 +706,31 @@ def test_container_trainer_options_and_sdk_objects_on_the_api_server(
 
 
 @pytest.mark.slow
+def _runtime_with_initializers(k8s_cluster: Any, namespace: str) -> str:
+    """torch-distributed plus dataset and model initializer steps, as a TrainingRuntime."""
+    import copy
+
+    from kubernetes import client as k8s
+
+    from tests.k8s_cluster.crds import load_runtimes
+
+    rt = copy.deepcopy(
+        next(r for r in load_runtimes() if r["metadata"]["name"] == "torch-distributed")
+    )
+    rt["kind"] = "TrainingRuntime"
+    rt["metadata"] = {"name": "torch-with-inits", "labels": rt["metadata"].get("labels", {})}
+    jobs = rt["spec"]["template"]["spec"]["replicatedJobs"]
+    for step in ("model-initializer", "dataset-initializer"):
+        jobs.insert(0, {"name": step, "template": {"spec": {"template": {"spec": {
+            "containers": [{"name": step, "image": f"ghcr.io/kubeflow/trainer/{step}",
+                            "volumeMounts": [{"name": "initializer", "mountPath": "/workspace"}]}],
+            "volumes": [{"name": "initializer", "emptyDir": {}}]}}}}})  # fmt: skip
+    k8s.CustomObjectsApi(k8s_cluster.api_client()).create_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainingruntimes", rt
+    )
+    return "torch-with-inits"
+
+
 def test_initializer_is_written_on_a_cluster(k8s_client, k8s_cluster) -> None:
     from kubernetes import client as k8s
 
@@ -714,8 +738,9 @@ def test_initializer_is_written_on_a_cluster(k8s_client, k8s_cluster) -> None:
         dataset=sdk.HuggingFaceDatasetInitializer(storage_uri="hf://org/data"),
         model=sdk.HuggingFaceModelInitializer(storage_uri="hf://org/model"),
     )
+    # a runtime with both initializer steps: a cluster refuses initializers on one without
     name = k8s_client.train(
-        runtime="torch-distributed",
+        runtime=_runtime_with_initializers(k8s_cluster, k8s_client.backend.namespace),
         initializer=init,
         trainer=CustomTrainerContainer(image="busybox:1.36"),
         options=[TrainerCommand(["bash", "-c", "echo ok"])],

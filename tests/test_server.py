@@ -467,5 +467,6 @@ def test_unexpected_errors_are_500_without_details(
         raise RuntimeError("secret-ish internals /etc/shadow")
 
     monkeypatch.setattr(LocalBackend, "list_jobs", broken)
+    monkeypatch.setattr(LocalBackend, "list_jobs_json", broken)  # what the jobs route reads
     message = assert_error(fetch(API, "jobs"), 500, "RuntimeError")
     assert "/etc/shadow" not in message and "server log" in message

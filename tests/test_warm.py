@@ -125,11 +125,13 @@ def _normalize(record: dict, job: str) -> dict:
     return out
 
 
-def _run_dump(client, make, tmp_path: Path, warm: bool) -> tuple[str, dict[str, dict]]:
+def _run_dump(
+    client, make, tmp_path: Path, warm: bool, runtime_config: RuntimeConfig | None = None
+) -> tuple[str, dict[str, dict]]:
     out = tmp_path / ("warm" if warm else "cold")
     out.mkdir()
     trainer = make(func_args={"out_dir": str(out)})
-    name = client.train(trainer, options=[Warm(warm)])
+    name = client.train(trainer, options=[Warm(warm)], runtime_config=runtime_config)
     job = client.wait_for_job_status(name, timeout=180)
     assert job.warm is warm, (job.warm, client.get_job_events(name))
     return name, {p.stem: _normalize(json.loads(p.read_text()), name) for p in out.glob("*.json")}
@@ -357,3 +359,84 @@ def test_magics_no_warm_flag_kf_jobs_and_kf_pool(tmp_path, monkeypatch, capsys):
         for j in magics.client("local").list_jobs():
             magics.client("local").delete_job(j.name)
         warm_pool.stop_all(state)
+
+
+def uses_inflection():
+    import sys
+
+    import inflection
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    dist.destroy_process_group()
+    return {"python": sys.executable, "camel": inflection.camelize("device_type")}
+
+
+def test_jobs_with_packages_start_warm_from_their_own_pool(client, tmp_path):
+    """The layered env's `torchrun` is our #!/bin/sh wrapper: its python gets a pool (issue 21),
+    reused by the next job, and the ranks see exactly what cold ones see."""
+    rc = RuntimeConfig(packages_to_install=["inflection"])  # not in the project's environment
+    trainer = lambda **kw: TorchTrainer(num_nodes=1, num_proc_per_node=2, **kw)  # noqa: E731
+    runs = []
+    for _ in range(2):
+        name = client.train(trainer(func=uses_inflection), runtime_config=rc)
+        job = client.wait_for_job_status(name, timeout=300)
+        warm = json.loads((client.backend.job_dir(name) / "warm-node-0.json").read_text())
+        runs.append((job, client.get_job_result(name), warm))
+    envs = client.backend.state_dir / "envs"
+    for job, result, warm in runs:
+        assert job.warm is True and warm["warm"], warm
+        assert result["camel"] == "DeviceType"
+        assert Path(result["python"]).parent.parent.parent == envs
+    assert runs[0][2]["pool_pid"] == runs[1][2]["pool_pid"]  # the same pool, reused
+    pools = [p for p in warm_pool.list_pools(client.backend.state_dir) if p["alive"]]
+    assert runs[0][1]["python"] in [p["python"] for p in pools]
+    make = lambda **kw: trainer(func=dump_world, **kw)  # noqa: E731
+    _, cold = _run_dump(client, make, tmp_path, warm=False, runtime_config=rc)
+    _, warm_ = _run_dump(client, make, tmp_path, warm=True, runtime_config=rc)
+    assert cold == warm_ and len(cold) == 2
+
+
+def test_the_first_job_waits_for_a_starting_pool_instead_of_going_cold(client, tmp_path):
+    """A pool still importing (here: 12 s more, as on a loaded machine) is waited for: the
+    first job of a kernel attaches to it rather than racing it cold (issue 21)."""
+    site = tmp_path / "slowsite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys, time\n"
+        "if any(a.endswith('zygote.py') for a in sys.orig_argv):\n"
+        "    time.sleep(12)\n"
+    )
+    rc = RuntimeConfig(env={"PYTHONPATH": str(site)})
+    name = client.train(
+        TorchTrainer(func=torch_sum, num_nodes=1, num_proc_per_node=2), runtime_config=rc
+    )
+    job = client.wait_for_job_status(name, timeout=300)
+    assert job.warm is True, [e.message for e in client.get_job_events(name)]
+    assert client.get_job_result(name) == 3.0
+
+
+def finalizer_at_exit():
+    import weakref
+
+    class Thing:
+        pass
+
+    keep = Thing()
+    weakref.finalize(keep, print, "user finalizer ran at exit", flush=True)
+    globals()["_kfj_keep"] = keep  # alive until the process ends: the atexit pass runs it
+    return 1
+
+
+def test_a_users_exit_finalizers_still_run_on_a_warm_rank(client):
+    """The pool skips torch's own import-time finalizers at a rank's exit (issue 21's exit
+    path); a finalizer the user's code makes runs there as it does cold."""
+    _wait_ready(client, "torch")
+    for warm in (False, True):
+        name = client.train(
+            TorchTrainer(func=finalizer_at_exit, num_nodes=1, num_proc_per_node=2),
+            options=[Warm(warm)],
+        )
+        assert client.wait_for_job_status(name, timeout=180).warm is warm
+        logs = "\n".join(client.get_job_logs(name))
+        assert logs.count("user finalizer ran at exit") == 2, logs

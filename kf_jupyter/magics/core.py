@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from IPython.core import magic_arguments as ma
@@ -31,6 +32,9 @@ from ..types import COMPLETE, FAILED
 from .cell import build_cell_function, oversize_message, oversized_training_cell
 from .handle import JobHandle
 from .lineargs import print_help, split_script_args, wants_help
+
+#: Rows %kf_jobs shows unless --all (a table of thousands helps no one, and costs the notebook).
+JOBS_SHOWN = 100
 
 
 def failure_error_text(name: str, failure: Any) -> str:
@@ -183,6 +187,24 @@ def _resources(text: str | None) -> dict[str, str] | None:
             k, v = _parse_kv(part.strip(), "--resources")
             out[k] = v.strip()
     return out
+
+
+def _gpu_preview(plan: dict[str, Any]) -> str:
+    """The local device plan of a dry run, as YAML comments: each node's GPUs (or why not)."""
+    g = plan["gpus"]
+    if not g.get("per_node"):
+        return f"# local GPUs: {g.get('note', 'none')}\n"
+    lines = [
+        f"# local GPUs: {g['per_node']} per node; {g.get('free')} of {len(g.get('devices') or [])}"
+        f" free now ({g.get('note', '')})"
+    ]
+    for node, p in (g.get("plan") or {}).items():
+        lines.append(f"#   {node}: {', '.join(p['devices'])}")
+        lines.append(f"#     CUDA_VISIBLE_DEVICES={p['CUDA_VISIBLE_DEVICES']}")
+    nccl = " ".join(f"{k}={v}" for k, v in (g.get("nccl_defaults") or {}).items())
+    if nccl:
+        lines.append(f"#   NCCL defaults (your env wins): {nccl}")
+    return "\n".join(lines) + "\n"
 
 
 def _workspace_preview(plan: dict[str, Any]) -> str:
@@ -546,6 +568,8 @@ class KubeflowMagics(Magics):
         extra = ""
         if isinstance(plan, dict) and isinstance(plan.get("workspace"), dict):
             extra = _workspace_preview(plan)
+        if isinstance(plan, dict) and isinstance(plan.get("gpus"), dict):
+            extra += _gpu_preview(plan)
         if isinstance(plan, dict) and isinstance(plan.get("trainjob"), dict):
             # The Kubernetes backend wraps the manifest; print the TrainJob itself, ready for
             # `kubectl apply -f`, with its namespace.
@@ -778,6 +802,11 @@ class KubeflowMagics(Magics):
 
     @ma.magic_arguments()
     @ma.argument("--backend", choices=("local", "kubernetes"), default=None)
+    @ma.argument(
+        "--all",
+        action="store_true",
+        help=f"every job (default: the newest {JOBS_SHOWN}, and how many older ones there are)",
+    )
     @line_magic
     def kf_jobs(self, line: str) -> None:
         """List the jobs: name, framework, backend, status, nodes, age, and actions."""
@@ -786,8 +815,26 @@ class KubeflowMagics(Magics):
             return None
         from .render import JOB_HEADERS, job_rows
 
-        jobs = self._guard(lambda: self.client(args.backend).list_jobs())
+        client = self._guard(self.client, args.backend)
+        newest = getattr(client.backend, "newest_jobs", None)
+        hidden = 0
+        if newest is not None and not args.all:  # local: only the rows shown are read
+            jobs, total = self._guard(newest, JOBS_SHOWN)
+            hidden = total - len(jobs)
+        else:
+            jobs = self._guard(client.list_jobs)
+        if not args.all and len(jobs) > JOBS_SHOWN:
+            oldest = datetime.min.replace(tzinfo=UTC)
+            jobs = sorted(jobs, key=lambda j: j.creation_time or oldest)
+            hidden = len(jobs) - JOBS_SHOWN
+            jobs = jobs[hidden:]
+        shown = len(jobs)
         rows = job_rows(jobs)
+        if hidden:
+            print(
+                f"The newest {shown} of {hidden + shown} jobs; %kf_jobs --all lists "
+                f"the {hidden} older ones too."
+            )
         if getattr(self.shell, "kernel", None) is not None:
             self._table(JOB_HEADERS, rows, "No jobs.")
             if self.use_widgets() and rows:
@@ -955,15 +1002,25 @@ class KubeflowMagics(Magics):
 
         pools = warm_pool.list_pools(backend.state_dir)
         state = "on" if self.warm else "off (%config KubeflowMagics.warm = True turns it on)"
+        cfg = backend.config
+        held = sum(warm_pool.pool_bytes(p) for p in pools if p.get("alive")) / 2**20
         print(
             f"kf-jupyter warm pool: {state}; pool processes end after "
-            f"{backend.config.warm_idle_seconds:.0f} s idle or with this kernel."
+            f"{cfg.warm_idle_seconds:.0f} s idle or with this kernel; at most "
+            f"{cfg.warm_max_pools} of them holding {cfg.warm_max_memory_mib:.0f} MiB together "
+            f"(now {held:.0f} MiB)."
         )
         self._table(
             ("framework", "pid", "state", "launches", "RSS", "USS", "fds", "python"),
             pool_rows(pools),
             "No pool process runs (the next torch/JAX/XGBoost job starts one).",
         )
+        cold = warm_pool.recent_cold(backend.state_dir)
+        if cold:
+            print("Recent cold starts, and why:")
+            for rec in cold:
+                node = f" {rec['node']}" if rec.get("node") else ""
+                print(f"  {rec.get('job', '?')}{node}: {rec['why']}")
 
     def prestart(self) -> None:
         """Start the torch pool in the background when the extension loads (if torch is there)."""

@@ -41,6 +41,13 @@ before ``node``): a TrainJob with ``spec.initializer`` gets a pod per entry
 prints what it "downloads"; the trainer pods are created only once all of them succeed (a failed
 one fails the job). Test knob: while the file ``hold_initializers`` exists they keep running.
 
+The JobSet: for each TrainJob it first creates, through the API server, the JobSet the Trainer
+builds (``trainer_model.build_jobset``: runtime template, runtime patches merged strategically,
+the trainer's image, command, env and resources, counts); the JobSet webhook (``admission.py``)
+may refuse it, which is then only a ``TrainJobResourcesCreationFailed`` event; otherwise the pods
+are made from its replicated jobs. Kueue is played for queued TrainJobs (``_kueue``) and
+``managedBy: kueue.x-k8s.io/multikueue`` jobs are left alone, as the Trainer does.
+
 ``activeDeadlineSeconds``: when it runs out (from creation, or from the resume) the TrainJob
 fails with ``DeadlineExceeded`` and its JobSet and pods are deleted, as the Trainer does.
 
@@ -91,6 +98,10 @@ STATUS_SERVICE = "https://kubeflow-trainer-controller-manager.kubeflow-system.sv
 STATUS_MOUNT = "/var/run/secrets/kubeflow/trainer"
 STATUS_MAX_BODY = 1 << 16
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Pod template fields the stand-in copies from the JobSet onto its pods (scheduling ones are
+# recorded, not acted on: there is one node).
+POD_FIELDS = ("nodeSelector", "tolerations", "serviceAccountName", "imagePullSecrets",
+              "securityContext", "terminationGracePeriodSeconds")  # fmt: skip
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 KUEUE_MANAGER = "kueue.x-k8s.io/manager"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
@@ -445,12 +456,17 @@ class StandIn:
             ref["name"],
         )
 
-    def _plan(self, tj: dict[str, Any], rt: dict[str, Any], cwd: Path) -> list[PodRun]:
+    def _plan(
+        self, tj: dict[str, Any], rt: dict[str, Any], cwd: Path, js: dict[str, Any] | None = None
+    ) -> list[PodRun]:
+        """The pods of the JobSet `js` (the runtime's template when None): its replicated jobs'
+        pod templates (patches merged, the trainer's image, command, env, resources) and counts."""
         ns, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
         trainer = tj["spec"].get("trainer") or {}
         policy = rt["spec"].get("mlPolicy") or {}
         num_nodes = int(trainer.get("numNodes") or policy.get("numNodes") or 1)
-        rjobs = {r["name"]: r for r in rt["spec"]["template"]["spec"]["replicatedJobs"]}
+        template = js if js is not None else rt["spec"]["template"]
+        rjobs = {r["name"]: r for r in template["spec"]["replicatedJobs"]}
         step_label = "trainer.kubeflow.org/trainjob-ancestor-step"
         trainer_rjob = next(
             (
@@ -461,6 +477,9 @@ class StandIn:
             ),
             "node",
         )
+        if js is not None and policy.get("mpi") is None:  # the trainer step's count
+            counted = ((rjobs.get(trainer_rjob) or {}).get("template") or {}).get("spec") or {}
+            num_nodes = int(counted.get("completions") or num_nodes)
         master = f"{name}-node-0-0.{name}"
         port = free_port()
         hostfile = cwd / "launcher-0" / "hostfile"
@@ -588,6 +607,9 @@ class StandIn:
                     }
                 ],
             }
+            for key in POD_FIELDS:  # what the (patched) pod template sets
+                if tmpl.get("spec", {}).get(key) is not None:
+                    spec[key] = tmpl["spec"][key]
             if _gpus(resources):  # the stand-in node has no GPU: the scheduler cannot bind it
                 del spec["nodeName"]
             volumes, mounts = _patch_pod_volumes(tj, rjob)
@@ -645,14 +667,15 @@ class StandIn:
                 f'{plural}.trainer.kubeflow.org "{ref["name"]}" not found',
             )
             return
-        if not self._apply_jobset(tj, rt):
+        js = self._apply_jobset(tj, rt)
+        if js is None:
             return
         cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}"
         run = 1
         while cwd.exists():  # resumed: new pods, new (empty) logs, as on a cluster
             run += 1
             cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}-run{run}"
-        trainers = self._plan(tj, rt, cwd)
+        trainers = self._plan(tj, rt, cwd, js)
         inits = self._plan_initializers(tj, cwd)
         job.pods = []
         failed: list[PodRun] = []
@@ -766,13 +789,14 @@ class StandIn:
                     self.core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0
                 )
 
-    def _apply_jobset(self, tj: dict[str, Any], rt: dict[str, Any]) -> bool:
+    def _apply_jobset(self, tj: dict[str, Any], rt: dict[str, Any]) -> dict[str, Any] | None:
         """Create the JobSet the Trainer builds, through the API server (so the JobSet webhook
-        checks it). Refused: only a ``TrainJobResourcesCreationFailed`` event, as the Trainer's
-        reconciler emits (trainjob_controller.go); the TrainJob's status says nothing."""
+        checks it); the stand-in then runs its pods from it. Refused: None, and only a
+        ``TrainJobResourcesCreationFailed`` event, as the Trainer's reconciler emits
+        (trainjob_controller.go); the TrainJob's status says nothing."""
         js = build_jobset(tj, rt)
         try:
-            self._retry(
+            return self._retry(
                 self.custom.create_namespaced_custom_object,
                 "jobset.x-k8s.io",
                 "v1alpha2",
@@ -782,14 +806,13 @@ class StandIn:
             )
         except ApiException as e:
             if e.status == 409:
-                return True  # resumed: the JobSet is still there
+                return js  # resumed: the JobSet is still there
             message = _api_message(e)
             text = f"TrainJob resources reconciliation failed: {message[:950]}"
             if len(message) > 950:
                 text += " ..."
             self._event(tj, "Warning", "TrainJobResourcesCreationFailed", text)
-            return False
-        return True
+            return None
 
     def _delete_jobset(self, namespace: str, name: str) -> None:
         try:

@@ -57,6 +57,7 @@ from ...workspace import ENV_DIR as WS_ENV_DIR
 from ...workspace import copy_into, snapshot_for
 from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
 from . import gpus as gpu
+from . import index as job_index
 from . import supervisor as sv
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
@@ -124,6 +125,8 @@ class LocalBackend:
     def __init__(self, config: LocalBackendConfig | None = None) -> None:
         self.config = config or LocalBackendConfig()
         self._private = False
+        self._index: job_index.JobIndex | None = None
+        self._index_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths
 
@@ -479,7 +482,11 @@ class LocalBackend:
             return None
         pool = warm_pool.pool_for(self.state_dir, interp, framework, env)
         warm_pool.ensure_started(
-            pool, env, self.config.warm_idle_seconds, self.config.warm_max_pools
+            pool,
+            env,
+            self.config.warm_idle_seconds,
+            self.config.warm_max_pools,
+            self.config.warm_max_memory_mib,
         )
         return pool
 
@@ -524,7 +531,11 @@ class LocalBackend:
         if pool is not None:
             try:
                 warm_pool.ensure_started(
-                    pool, node_env, self.config.warm_idle_seconds, self.config.warm_max_pools
+                    pool,
+                    node_env,
+                    self.config.warm_idle_seconds,
+                    self.config.warm_max_pools,
+                    self.config.warm_max_memory_mib,
                 )
                 for env in envs:
                     env.update(warm_pool.warm_env(self.state_dir, pool, env["PATH"]))
@@ -579,9 +590,12 @@ class LocalBackend:
                 "processes": {},
             },
         )
+        job_index.note(self.state_dir, name)  # every reader re-reads this name
         sv.append_event(str(jd), "Normal", "Created", f"job {name} created", name)
         if cold_why:
             sv.append_event(str(jd), "Normal", "ColdStart", f"every node starts cold: {cold_why}")
+            with contextlib.suppress(OSError):
+                warm_pool.record_cold(self.state_dir, name, cold_why)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         with os.fdopen(sv.private_open(str(jd / "supervisor.log"), flags), "ab") as out:
             proc = subprocess.Popen(
@@ -711,11 +725,38 @@ class LocalBackend:
         return self._to_trainjob(self._status(name))
 
     def list_jobs(self) -> list[TrainJob]:
-        """Every job in the state directory, oldest first."""
-        jobs = []
-        for name in self._job_names():
-            with contextlib.suppress(JobNotFoundError, OSError, ValueError):
-                jobs.append(self.get_job(name))
+        """Every job in the state directory, oldest first.
+
+        Finished jobs come from the index (index.py: kept consistent with the job folders, so a
+        poll reads only the jobs that changed and those not finished yet)."""
+        return self.jobs_index().jobs()
+
+    def newest_jobs(self, n: int) -> tuple[list[TrainJob], int]:
+        """The `n` newest jobs (oldest first) and how many there are in all (for %kf_jobs)."""
+        return self.jobs_index().newest(n)
+
+    def list_jobs_json(self) -> str:
+        """The JSON array of list_jobs()'s to_dict()s (finished jobs' JSON is cached)."""
+        return self.jobs_index().jobs_json()
+
+    def jobs_index(self) -> job_index.JobIndex:
+        """This backend's job index (made on first use)."""
+        with self._index_lock:
+            if self._index is None:
+                self._index = job_index.JobIndex(self.state_dir, self.jobs_dir, self._read_job)
+            return self._index
+
+    def _read_job(self, name: str) -> TrainJob | None:
+        """The job read from its folder; None if it is not (or no longer, or not yet) there."""
+        if not (self.jobs_dir / name / "status.json").exists():
+            return None
+        with contextlib.suppress(JobNotFoundError, OSError, ValueError, KeyError):
+            return self.get_job(name)
+        return None
+
+    def scan_jobs(self) -> list[TrainJob]:
+        """Every job read from its folder, without the index (what rebuilding it costs)."""
+        jobs = [j for j in map(self._read_job, self._job_names()) if j is not None]
         return sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC))
 
     def get_job_events(self, name: str) -> list[Event]:
@@ -935,3 +976,7 @@ class LocalBackend:
         jd = self.job_dir(name)
         self._stop(name, jd, record_on_full_disk_optional=True)  # the record goes anyway
         shutil.rmtree(jd, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            job_index.note(self.state_dir, name)
+        if self._index is not None:
+            self._index.forget(name)

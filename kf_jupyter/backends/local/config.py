@@ -30,6 +30,8 @@ class LocalBackendConfig:
         with False, or per job with the `Warm(False)` option.
     warm_idle_seconds: a pool process ends after this long without a launch.
     warm_max_pools: at most this many pool processes at once (the least recently used goes).
+    warm_max_memory_mib: the pool processes' memory together (each one's USS) stays under this;
+        starting another stops the least recently used ones first.
     """
 
     state_dir: str | Path | None = None
@@ -38,6 +40,7 @@ class LocalBackendConfig:
     warm: bool = True
     warm_idle_seconds: float = 600.0
     warm_max_pools: int = 3
+    warm_max_memory_mib: float = 4096.0
 
     @property
     def resolved_state_dir(self) -> Path:

@@ -155,7 +155,9 @@ def _owner_only(root: Path) -> None:
                     os.chmod(path, stat.S_IMODE(mode) & ~0o077)
 
 
-_TORCHRUN = '#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n'
+#: The `torchrun` of a layered environment whose torch comes from the kernel's environment (the
+#: warm pool knows this exact text: warm/pool.py).
+TORCHRUN_WRAPPER = '#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n'
 
 
 def layered_env(
@@ -224,7 +226,7 @@ def layered_env(
             )
         torchrun = target / "bin" / "torchrun"
         if not torchrun.exists():
-            torchrun.write_text(_TORCHRUN.format(python=env_python))
+            torchrun.write_text(TORCHRUN_WRAPPER.format(python=env_python))
             torchrun.chmod(0o700)
         _owner_only(target)  # venv copies its activate scripts 0644 whatever the umask
         ready.write_text(json.dumps({"packages": sorted(packages)}))

@@ -37,6 +37,12 @@ PRELOAD: dict[str, tuple[str, ...]] = {
 LAUNCHER: dict[str, str] = {"torch": "torchrun", "jax": "python3", "xgboost": "python3"}
 DEFAULT_IDLE_SECONDS = 600.0
 DEFAULT_MAX_POOLS = 3
+#: The pools' memory together (MiB; each pool's unique memory, USS, else its RSS).
+DEFAULT_MAX_MEMORY_MIB = 4096.0
+#: What a pool is counted at before it has imported anything (a torch pool: ~350 MiB USS).
+NEW_POOL_MIB: dict[str, float] = {"torch": 400.0, "jax": 300.0, "xgboost": 150.0}
+COLD_LOG = "cold.jsonl"
+_COLD_LOG_MAX_BYTES = 256 * 1024
 
 _IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "MALLOC_", "KMP_", "MKL_", "OPENBLAS_", "GOMP_")
 _PER_PROCESS = frozenset(
@@ -131,15 +137,33 @@ def interpreter_for(program: str, path: list[str]) -> str | None:
         return found
     try:
         with open(found, "rb") as fh:
-            first = fh.readline(512).decode("utf-8", "replace").strip()
+            head = fh.read(4096).decode("utf-8", "replace")
     except OSError:
         return None
+    wrapped = _our_torchrun(head) if program == "torchrun" else None
+    if wrapped is not None:
+        return wrapped
+    first = head.split("\n", 1)[0].strip()
     if not first.startswith("#!"):
         return None
     words = first[2:].split()
     if not words or "python" not in os.path.basename(words[0]) or len(words) > 1:
         return None  # `#!/usr/bin/env python3` and friends: resolved by the shim's cold path
     return words[0]
+
+
+def _our_torchrun(text: str) -> str | None:
+    """The python of the `torchrun` wrapper a layered package environment gets (envs.py:
+    `#!/bin/sh` + `exec "PYTHON" -m torch.distributed.run "$@"`), exactly that text; else None."""
+    from ..envs import TORCHRUN_WRAPPER
+
+    prefix, _, suffix = TORCHRUN_WRAPPER.partition("{python}")
+    if not (text.startswith(prefix) and text.endswith(suffix)):
+        return None
+    python = text[len(prefix) : len(text) - len(suffix)]
+    if not python or '"' in python or "\n" in python or not os.path.isabs(python):
+        return None
+    return python
 
 
 def pool_key(python: str, framework: str, env: Mapping[str, str]) -> str:
@@ -209,6 +233,7 @@ def ensure_started(
     env: Mapping[str, str],
     idle_seconds: float = DEFAULT_IDLE_SECONDS,
     max_pools: int = DEFAULT_MAX_POOLS,
+    max_memory_mib: float = DEFAULT_MAX_MEMORY_MIB,
 ) -> bool:
     """Start the pool process unless it runs; True if it runs already (it may still import)."""
     d = pool.meta.parent
@@ -220,10 +245,14 @@ def ensure_started(
             return True
         if meta and not meta.get("pid") and time.time() - float(meta.get("created", 0)) < 5:
             return True  # being started by another process right now
-        for stale in (pool.socket, pool.meta):
+        for stale in (pool.socket, pool.meta, launch_file(pool.meta)):
             with contextlib.suppress(OSError):
                 stale.unlink()
-        _make_room(pool.meta.parent, max_pools - 1)
+        _make_room(
+            pool.meta.parent,
+            max_pools - 1,
+            (max_memory_mib - NEW_POOL_MIB.get(pool.framework, 300.0)) * 2**20,
+        )
         zenv = {k: v for k, v in os.environ.items() if not k.startswith("KF_JUPYTER_")}
         for k in list(zenv):
             if k in _import_env(pool.framework, zenv):
@@ -264,11 +293,23 @@ def ensure_started(
             )
         finally:
             os.close(logfd)
+        # Its pid beside the meta (which the pool itself rewrites once its interpreter runs): a
+        # node arriving before then waits for this live process rather than starting cold.
+        with contextlib.suppress(OSError):
+            launch = launch_file(pool.meta)
+            fd = os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(str(proc.pid))
         _reap_later(proc)
         return False
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
         os.close(lock)
+
+
+def launch_file(meta: Path) -> Path:
+    """Where the kernel writes a pool's pid as it launches it (`<key>.launch`)."""
+    return meta.with_suffix(".launch")
 
 
 def _reap_later(proc: subprocess.Popen[bytes]) -> None:
@@ -277,13 +318,73 @@ def _reap_later(proc: subprocess.Popen[bytes]) -> None:
     threading.Thread(target=proc.wait, name="kf-jupyter-warm-reap", daemon=True).start()
 
 
-def _make_room(d: Path, keep: int) -> None:
-    """Stop the least recently used idle pools so that at most `keep` others run."""
-    pools = [p for p in list_pools(d.parent) if p.get("alive")]
+def pool_bytes(info: Mapping[str, Any]) -> int:
+    """The memory a pool process holds alone (USS; RSS where USS cannot be read)."""
+    return int(info.get("uss_bytes") or info.get("rss_bytes") or 0)
+
+
+def _make_room(d: Path, keep: int, max_bytes: float = float("inf")) -> None:
+    """Stop the least recently used pools so that at most `keep` others run, holding at most
+    `max_bytes` together."""
+    alive = [p for p in list_pools(d.parent) if p.get("alive")]
+    # A pool serving a node is never stopped for room: that would kill a running job.
+    pools = [p for p in alive if not _busy(int(p["pid"]))]
     pools.sort(key=lambda p: p.get("mtime", 0.0))
-    while len(pools) > max(0, keep):
+    busy_bytes = sum(pool_bytes(p) for p in alive if p not in pools)
+    keep -= len(alive) - len(pools)
+    max_bytes -= busy_bytes
+    while pools and (
+        len(pools) > max(0, keep) or sum(pool_bytes(p) for p in pools) > max(0.0, max_bytes)
+    ):
         victim = pools.pop(0)
         stop_pool(Path(victim["meta_path"]))
+
+
+def _busy(pid: int) -> bool:
+    try:
+        import psutil
+
+        return bool(psutil.Process(pid).children())
+    except Exception:
+        return False
+
+
+def record_cold(state_dir: Path, job: str, why: str) -> None:
+    """Remember why `job` started cold (the last ones are shown by %kf_pool)."""
+    path = warm_dir(state_dir) / COLD_LOG
+    line = json.dumps({"time": time.time(), "job": job, "why": why}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, line.encode("utf-8", "surrogatepass"))
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    if size > _COLD_LOG_MAX_BYTES:  # keep the newest: rewrite the tail (atomic replace)
+        keep = recent_cold(state_dir, 200)
+        tmp = path.with_name(f".{COLD_LOG}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in keep)
+        os.replace(tmp, path)
+
+
+def recent_cold(state_dir: Path, n: int = 5) -> list[dict[str, Any]]:
+    """The last `n` cold starts (time, job, why), oldest first."""
+    path = Path(state_dir) / "warm" / COLD_LOG
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            data = fh.read()
+    except OSError:
+        return []
+    out = []
+    for line in data.splitlines()[-n:]:
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if isinstance(rec, dict) and "why" in rec:
+                out.append(rec)
+    return out
 
 
 def shim_bin(state_dir: Path) -> Path:
@@ -370,6 +471,8 @@ def stop_pool(meta_path: Path, timeout: float = 5.0) -> None:
     pid = int(meta.get("pid") or 0)
     with contextlib.suppress(OSError):
         meta_path.unlink()
+    with contextlib.suppress(OSError):
+        launch_file(meta_path).unlink()
     if pid and _alive(pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)

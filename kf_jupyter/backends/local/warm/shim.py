@@ -18,7 +18,13 @@ import struct
 import sys
 import time
 
-WAIT_READY_SECONDS = 8.0
+#: How long a node waits for a pool process that is still importing its framework (alive and
+#: saying "starting") before it starts cold. Waiting is never slower than starting cold: the pool
+#: began importing before this node did, and a cold start would import the same framework again
+#: beside it, on the same cores. The pool dying ends the wait at once.
+WAIT_STARTING_SECONDS = 300.0
+#: How long a node waits for a pool the kernel has just launched and whose pid is not written.
+WAIT_LAUNCHED_SECONDS = 5.0
 _VARS = (
     "KF_JUPYTER_WARM_SOCKET",
     "KF_JUPYTER_WARM_BIN",
@@ -84,19 +90,53 @@ def _record(env, warm, message, extra):
         pass
 
 
+def _remember_cold(env, why):
+    """One line in the pools' cold log (warm/cold.jsonl, shown by %kf_pool)."""
+    meta = os.environ.get("KF_JUPYTER_WARM_META", "")
+    if not meta:
+        return
+    node = f"node-{env.get('KF_JUPYTER_NODE_RANK', '0')}"
+    line = json.dumps(
+        {"time": time.time(), "job": env.get("KF_JUPYTER_JOB_NAME", "?"), "node": node, "why": why}
+    )
+    try:
+        fd = os.open(
+            os.path.join(os.path.dirname(meta), "cold.jsonl"),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+            0o600,
+        )
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def _cold(program, args, env, path, why):
     real = _which(program, path)
     if real is None:
         sys.stderr.write(f"kf-jupyter: {program}: command not found on PATH\n")
         return 127
     _record(env, False, f"started cold ({why})", {})
+    _remember_cold(env, why)
     os.execve(real, [program, *args], env)
     return 127  # not reached
 
 
+def _launched_alive(meta_path):
+    """True if the pid the kernel wrote as it launched the pool (`<key>.launch`) still runs."""
+    try:
+        with open(meta_path[: -len(".json")] + ".launch") as fh:
+            os.kill(int(fh.read().strip()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def _connect(sock_path, meta_path):
-    """A connection to a ready pool; wait a little for one that is still importing."""
-    end = time.monotonic() + WAIT_READY_SECONDS
+    """A connection to a ready pool; wait for one that is still importing (while it lives)."""
+    end = time.monotonic() + WAIT_STARTING_SECONDS
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -114,8 +154,9 @@ def _connect(sock_path, meta_path):
                 if pid:
                     os.kill(pid, 0)
                     starting = meta.get("state") == "starting"
-                else:  # the kernel has just started it; its pid is not written yet
-                    starting = time.time() - float(meta.get("created", 0)) < 5
+                else:  # the kernel has just started it; the pool has not written its pid
+                    age = time.time() - float(meta.get("created", 0))
+                    starting = age < WAIT_LAUNCHED_SECONDS or _launched_alive(meta_path)
             except (OSError, ValueError):
                 starting = False
         if not starting or time.monotonic() >= end:

@@ -413,6 +413,9 @@ class Zygote:
             with contextlib.suppress(OSError):
                 if path == self.meta_path or os.path.exists(path):
                     os.unlink(path)
+        if self.meta_path.endswith(".json"):  # the pid the kernel wrote as it launched us
+            with contextlib.suppress(OSError):
+                os.unlink(self.meta_path[: -len(".json")] + ".launch")
 
 
 def main(argv):

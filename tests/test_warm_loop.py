@@ -1,0 +1,128 @@
+"""The iteration loop's warm-pool rules (issue 21) that need no framework import: which pool a
+job's launcher maps to, and why a job starts cold. The real warm runs are in test_warm.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from kf_jupyter.backends.local.envs import TORCHRUN_WRAPPER
+from kf_jupyter.backends.local.warm import pool as warm_pool
+
+
+def _bin(tmp_path: Path, text: str) -> Path:
+    d = tmp_path / "bin"
+    d.mkdir(exist_ok=True)
+    path = d / "torchrun"
+    path.write_text(text)
+    path.chmod(0o700)
+    return d
+
+
+def test_a_layered_envs_torchrun_wrapper_maps_to_its_python(tmp_path):
+    python = str(tmp_path / "env" / "bin" / "python")
+    d = _bin(tmp_path, TORCHRUN_WRAPPER.format(python=python))
+    assert warm_pool.interpreter_for("torchrun", [str(d)]) == python
+
+
+def test_any_other_shell_script_stays_unknown(tmp_path):
+    python = str(tmp_path / "env" / "bin" / "python")
+    for text in (
+        TORCHRUN_WRAPPER.format(python=python) + "echo more\n",
+        TORCHRUN_WRAPPER.format(python=python).replace("torch.distributed.run", "other.mod"),
+        TORCHRUN_WRAPPER.format(python="python3"),  # not a path: PATH decides, not us
+        "#!/bin/sh\nexec python -m torch.distributed.run\n",
+    ):
+        d = _bin(tmp_path, text)
+        assert warm_pool.interpreter_for("torchrun", [str(d)]) is None, text
+
+
+def test_a_python_shebang_still_maps_to_its_interpreter(tmp_path):
+    d = _bin(tmp_path, f"#!{sys.executable}\nimport sys\n")
+    assert warm_pool.interpreter_for("torchrun", [str(d)]) == sys.executable
+    assert os.access(d / "torchrun", os.X_OK)
+
+
+def _start_bare_pool(state: Path, key: str) -> Path:
+    """A real pool process (zygote.py) that preloads nothing: fast to start, same bookkeeping."""
+    import subprocess
+    import time
+
+    d = warm_pool.warm_dir(state)
+    meta = d / f"{key}.json"
+    sock = warm_pool.socket_dir() / f"t{os.getpid()}-{key}.sock"
+    subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(warm_pool.__file__).parent / "zygote.py"),
+            str(sock),
+            str(meta),
+            "",
+            str(os.getpid()),
+            "none",
+            "60",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        info = warm_pool._read_meta(meta) or {}
+        if info.get("state") == "ready":
+            return meta
+        time.sleep(0.05)
+    raise AssertionError("the bare pool did not become ready")
+
+
+def test_the_memory_cap_stops_the_least_recently_used_pools(tmp_path):
+    import time
+
+    state = tmp_path / "state"
+    old = _start_bare_pool(state, "torch-0000000000000001")
+    time.sleep(0.05)
+    new = _start_bare_pool(state, "torch-0000000000000002")
+    os.utime(old, (time.time() - 100, time.time() - 100))  # used longest ago
+    try:
+        pools = {p["key"]: p for p in warm_pool.list_pools(state)}
+        assert all(p["alive"] for p in pools.values()) and len(pools) == 2
+        one = max(warm_pool.pool_bytes(p) for p in pools.values())
+        assert one > 0
+        # Room for one pool's memory only: the older one goes, the newer one stays.
+        warm_pool._make_room(warm_pool.warm_dir(state), keep=5, max_bytes=one * 1.5)
+        left = [p["key"] for p in warm_pool.list_pools(state) if p["alive"]]
+        assert left == ["torch-0000000000000002"], left
+        assert not old.exists() and new.exists()
+    finally:
+        warm_pool.stop_all(state)
+
+
+def test_kf_pool_says_why_jobs_started_cold(tmp_path, monkeypatch, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kf_jupyter import JAXTrainer, TrainerClient
+    from kf_jupyter.backends.local.config import LocalBackendConfig
+    from kf_jupyter.magics.core import KubeflowMagics
+    from kf_jupyter.options import Warm
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(state))
+    client = TrainerClient(LocalBackendConfig(state_dir=str(state)))
+
+    def f():
+        return 1
+
+    name = client.train(JAXTrainer(func=f, initialize_distributed=False), options=[Warm(False)])
+    client.wait_for_job_status(name, timeout=120)
+    sh = InteractiveShell.instance()
+    sh.config.pop("KubeflowMagics", None)
+    sh.register_magics(KubeflowMagics(shell=sh))
+    capsys.readouterr()
+    sh.run_line_magic("kf_pool", "")
+    out = capsys.readouterr().out
+    assert "Recent cold starts" in out and name in out, out
+    assert "warm starts are off for this job (Warm(False))" in out, out
+    assert "MiB together" in out
+    client.delete_job(name)
