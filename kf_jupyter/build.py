@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import program
+from . import own_setup, program
 from .config import RuntimeConfig, SecretRef
 from .constants import (
     API_VERSION,
@@ -148,13 +148,19 @@ def build_trainjob(
     policy = get_policy(trainer.policy)
     _check_env(runtime_config, policy.name)
     job_name = name or generate_name(trainer.framework)
-    job_shape(trainer, runtime, job_name)
+    shape = job_shape(trainer, runtime, job_name)
 
     spec_trainer: dict[str, Any] = {}
     if trainer.image:
         spec_trainer["image"] = trainer.image
     if trainer.func is not None or trainer.script is not None:
         payload = _payload(trainer, runtime_config or RuntimeConfig())
+        if trainer.policy == "torch":
+            mismatch = own_setup.lightning_count_mismatch(
+                payload.source, shape.num_nodes, shape.num_proc_per_node
+            )
+            if mismatch:
+                raise ValidationError(mismatch)
         spec_trainer["command"] = ["bash", "-c", policy.script(trainer, payload)]
     if trainer.num_nodes is not None:
         spec_trainer["numNodes"] = trainer.num_nodes

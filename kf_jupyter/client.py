@@ -70,8 +70,12 @@ class TrainerClient:
         runtime_config: RuntimeConfig | None = None,
         options: Iterable[Any] | None = None,
     ) -> dict[str, Any]:
-        """What train() would submit, submitting nothing."""
-        return self.backend.dry_run(trainer, runtime, runtime_config, options)
+        """What train() would submit, submitting nothing: a dict (the manifest and, locally,
+        the launch plan), shown in a notebook as a short summary with the manifest folded."""
+        from .dryrun import DryRun
+
+        plan = self.backend.dry_run(trainer, runtime, runtime_config, options)
+        return DryRun(plan, trainer, runtime_config)
 
     def list_jobs(self) -> list[TrainJob]:
         """Every job."""

@@ -510,6 +510,87 @@ def _kfj_user_traceback(exc, func_file, label="<training function>"):
     return "".join(te.format()).rstrip("\n").split("\n")
 
 
+def _kfj_is_library_file(path):
+    return (
+        path.startswith("<frozen ")
+        or "/site-packages/" in path
+        or "/dist-packages/" in path
+        or "/lib/python3" in path
+    )
+
+
+def _kfj_short_traceback(lines, max_lines=40, max_chars=300, message_lines=8):
+    """At most `max_lines` lines of a formatted traceback that keep what a reader needs.
+
+    The exception comes first in priority (its message trimmed to `message_lines` lines), then
+    the user's innermost frame (outside site-packages and the standard library: the cell's
+    `line N`), the innermost frame, the user's other frames and the rest, innermost first; what
+    is left out is said in one line where it was. Each line is cut to `max_chars` characters.
+    A traceback that fits is returned whole.
+    """
+    import re
+
+    cut = [ln if len(ln) <= max_chars else ln[: max_chars - 1] + "\u2026" for ln in lines]
+    if len(cut) <= max_lines:
+        return cut
+    frame_re = re.compile(r'^\s*File "(.*)", line \d+')
+    units = []  # [is_frame, is_user, lines]
+    i = 0
+    while i < len(cut):
+        m = frame_re.match(cut[i])
+        if m is None:
+            units.append([False, False, [cut[i]]])
+            i += 1
+            continue
+        body = [cut[i]]
+        i += 1
+        if i < len(cut) and cut[i].startswith("    "):  # the source line
+            body.append(cut[i])
+            i += 1
+            if i < len(cut) and re.fullmatch(r"\s+[\^~ ]+", cut[i]):  # its carets
+                body.append(cut[i])
+                i += 1
+        units.append([True, not _kfj_is_library_file(m.group(1)), body])
+    last_frame = max((k for k, u in enumerate(units) if u[0]), default=-1)
+    head, exc = units[: last_frame + 1], [ln for u in units[last_frame + 1 :] for ln in u[2]]
+    if len(exc) > message_lines:
+        more = len(exc) - (message_lines - 1)
+        note = f"... ({more} more lines of the message: the job's log has them all)"
+        exc = [*exc[: message_lines - 1], note]
+    budget = max(max_lines - len(exc), 0)
+    frames = [k for k, u in enumerate(head) if u[0]]
+    users = [k for k in frames if head[k][1]]
+    order = []
+    for k in [
+        users[-1:],
+        frames[-1:],
+        [0] if head else [],
+        users[::-1],
+        list(range(len(head)))[::-1],
+    ]:
+        order += [x for x in k if x not in order]
+
+    def render(keep):
+        out, gap = [], 0
+        for k, u in enumerate(head):
+            if k in keep:
+                if gap:
+                    out.append(f"  ... ({gap} lines left out: the job's log has them all)")
+                    gap = 0
+                out += u[2]
+            else:
+                gap += len(u[2])
+        if gap:
+            out.append(f"  ... ({gap} lines left out: the job's log has them all)")
+        return out
+
+    keep = []
+    for k in order:
+        if len(render([*keep, k])) <= budget:
+            keep.append(k)
+    return render(keep) + exc
+
+
 def _kfj_report_failure(exc, func_file, rank, label="<training function>"):
     """Print the user's traceback and one `##kf-jupyter:error` record; fill the termination log.
 
@@ -529,7 +610,7 @@ def _kfj_report_failure(exc, func_file, rank, label="<training function>"):
         "rank": rank,
         "exc_type": _kfj_exc_type(exc),
         "message": str(exc),
-        "traceback": lines,
+        "traceback": _kfj_short_traceback(lines),
         "time": time.time(),
         "full": full,
     }
@@ -549,11 +630,12 @@ def _kfj_termination_log(record):
         short = dict(record)
         short.pop("full", None)
         short["message"] = short["message"][:1000]
-        short["traceback"] = [ln[:300] for ln in short["traceback"][-30:]]
-        text = _KFJ_ERROR + json.dumps(short, default=str)
-        while len(text.encode("utf-8")) > _KFJ_TERMINATION_BYTES and len(short["traceback"]) > 1:
-            short["traceback"] = short["traceback"][2:]
+        full_tb = short["traceback"]
+        for n in (30, 20, 14, 10, 6, 3):
+            short["traceback"] = _kfj_short_traceback(full_tb, max_lines=n, message_lines=min(n, 4))
             text = _KFJ_ERROR + json.dumps(short, default=str)
+            if len(text.encode("utf-8")) <= _KFJ_TERMINATION_BYTES:
+                break
         if len(text.encode("utf-8")) <= _KFJ_TERMINATION_BYTES:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """` Did you mean 'torch-distributed'?` for the closest of `choices`, else ``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
 
 class KFJupyterError(Exception):
     """Base class of every error kf-jupyter raises on purpose."""

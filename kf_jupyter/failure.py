@@ -14,7 +14,25 @@ from collections.abc import Iterable
 from typing import Any
 
 from .constants import ERROR_PREFIX
+from .entrypoint import _kfj_short_traceback
 from .types import Failure
+
+#: The most traceback lines a view shows (the job's log keeps them all).
+TRACEBACK_LINES = 40
+
+
+def short_traceback(lines: list[str], max_lines: int = TRACEBACK_LINES) -> list[str]:
+    """At most `max_lines` lines that keep the exception (its message trimmed) and the user's
+    innermost frames, saying what was left out; the runner applies the same rule."""
+    return list(_kfj_short_traceback(list(lines), max_lines=max_lines))
+
+
+def short_message(message: str, max_chars: int = 200) -> str:
+    """The first line of an exception message, at most `max_chars` characters (then `…`)."""
+    first, _, rest = message.strip().partition("\n")
+    if len(first) > max_chars:
+        return first[: max_chars - 1] + "\u2026"
+    return first + (" \u2026" if rest.strip() else "")
 
 
 def failure_from_dict(data: Any) -> Failure | None:
@@ -25,7 +43,7 @@ def failure_from_dict(data: Any) -> Failure | None:
         source=str(data.get("source") or "Rank ?"),
         exc_type=str(data["exc_type"]),
         message=str(data.get("message") or ""),
-        traceback=[str(x) for x in data.get("traceback") or []],
+        traceback=short_traceback([str(x) for x in data.get("traceback") or []]),
     )
 
 
@@ -70,8 +88,9 @@ def failure_from_pods(pods: Iterable[dict[str, Any]] | None) -> Failure | None:
     return earliest_failure(records)
 
 
-def failure_text(failure: Failure, max_lines: int = 40) -> str:
-    """`Rank 1 failed: NameError: ...` then the user's traceback (its last `max_lines` lines)."""
-    what = failure.exc_type + (f": {failure.message}" if failure.message else "")
-    lines = failure.traceback[-max_lines:]
+def failure_text(failure: Failure, max_lines: int = TRACEBACK_LINES) -> str:
+    """`Rank 1 failed: NameError: ...` (the message's first line) then the user's traceback:
+    at most `max_lines` lines, always with the user's innermost frames and the exception."""
+    what = failure.exc_type + (f": {short_message(failure.message)}" if failure.message else "")
+    lines = short_traceback(failure.traceback, max_lines)
     return f"{failure.source} failed: {what}" + ("\n" + "\n".join(lines) if lines else "")

@@ -93,3 +93,78 @@ def setup_step(step: str, source: str) -> str:
     if step == JAX and own_jax:
         return JAX_OWN
     return step
+
+
+_LIGHTNING_CALLEES = frozenset({"Trainer", "Fabric"})
+
+
+def _literal_count(node: ast.expr) -> int | None:
+    """The number of devices a literal `devices=` / `num_nodes=` value asks for; None if open."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None  # -1: all of them
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, list | tuple):
+        return len(value) or None
+    return None  # "auto", a device string like "0,1", ...
+
+
+def lightning_count_mismatch(source: str, num_nodes: int, procs: int | None) -> str | None:
+    """Why Lightning would stop at start: `Trainer(devices=N)` or `Fabric(devices=N)` with a
+    literal N other than the job's processes per node (or `num_nodes=` other than its nodes).
+
+    Under torchrun Lightning requires `devices` to equal the processes per node and `num_nodes`
+    the nodes, and fails on every rank when they differ; this says so before anything runs.
+    None when the code does not import Lightning, or the counts agree or are not literals.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    uses_lightning = any(
+        (isinstance(n, ast.Import) and any(a.name.split(".")[0] in _LIGHTNING for a in n.names))
+        or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in _LIGHTNING)
+        for n in ast.walk(tree)
+    )
+    if not uses_lightning:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = _dotted(node.func).rpartition(".")[2]
+        if callee not in _LIGHTNING_CALLEES:
+            continue
+        call = ast.get_source_segment(source, node) or f"{callee}(...)"
+        call = " ".join(call.split())
+        if len(call) > 80:
+            call = call[:79] + "\u2026"
+        for kw in node.keywords:
+            n = _literal_count(kw.value) if kw.arg in ("devices", "num_nodes") else None
+            if n is None:
+                continue
+            if kw.arg == "devices" and procs is not None and n != procs:
+                return (
+                    f"The code asks Lightning for {n} devices per node ({call}), but the job "
+                    f"runs {procs} process{'es' if procs != 1 else ''} per node (-p {procs}, "
+                    f"num_proc_per_node={procs}); Lightning would stop on every rank. Make them "
+                    f"agree: -p {n}, or devices={procs} (or devices='auto', which takes the "
+                    "job's processes). Nothing was submitted."
+                )
+            if kw.arg == "num_nodes" and n != num_nodes:
+                return (
+                    f"The code asks Lightning for num_nodes={n} ({call}), but the job has "
+                    f"{num_nodes} node{'s' if num_nodes != 1 else ''} (-n {num_nodes}, "
+                    f"num_nodes={num_nodes}); Lightning would stop on every rank. Make them "
+                    f"agree: -n {n}, or num_nodes={num_nodes} (or leave it out: Lightning reads "
+                    "it from the job). Nothing was submitted."
+                )
+    return None
+
+
+_LIGHTNING = frozenset({"lightning", "pytorch_lightning", "lightning_fabric"})

@@ -15,7 +15,12 @@ from .constants import (
     FRAMEWORK_LABEL,
     SUPPORT_LABEL,
 )
-from .errors import AmbiguousRuntimeError, RuntimeMismatchError, RuntimeNotFoundError
+from .errors import (
+    AmbiguousRuntimeError,
+    RuntimeMismatchError,
+    RuntimeNotFoundError,
+    did_you_mean,
+)
 from .trainers import BaseTrainer
 
 log = logging.getLogger("kf_jupyter.runtimes")
@@ -210,8 +215,10 @@ def resolve_runtime(
         named = [r for r in runtimes if r.name == name]
         if not named:
             raise RuntimeNotFoundError(
-                f"No training runtime named {name!r}. Available runtimes: {_describe(runtimes)}. "
-                "Check the name with client.list_runtimes() (or %kf_runtimes)."
+                f"No training runtime named {name!r}."
+                f"{did_you_mean(name, (r.name for r in runtimes))} Available runtimes: "
+                f"{_describe(runtimes)}. Check the name with client.list_runtimes() "
+                "(or %kf_runtimes)."
             )
         rt = named[0]
         if not rt.fits(trainer):

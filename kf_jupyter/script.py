@@ -61,6 +61,18 @@ def validate_script_args(args: Any) -> tuple[str, ...]:
     return tuple(args)
 
 
+def _similar_file(path: str) -> str:
+    """` Did you mean 'train.py'?` for a file of the same folder with a close name, else ``."""
+    from .errors import did_you_mean
+
+    folder = os.path.dirname(path)
+    try:
+        names = [e.name for e in os.scandir(folder or ".") if e.is_file()]
+    except OSError:
+        return ""
+    return did_you_mean(path, [os.path.join(folder, n) for n in names])
+
+
 def load_script(script: str | os.PathLike[str] | Script) -> Script:
     """The program to ship: a `Script` as given, or a file read now (at submit time)."""
     if isinstance(script, Script):
@@ -71,8 +83,9 @@ def load_script(script: str | os.PathLike[str] | Script) -> Script:
             raw = fh.read()
     except FileNotFoundError:
         raise ValidationError(
-            f"The script {path!r} does not exist (looked in {os.getcwd()!r}). Give its path "
-            "relative to the notebook's folder, or an absolute path."
+            f"The script {path!r} does not exist (looked in {os.getcwd()!r})."
+            f"{_similar_file(path)} Give its path relative to the notebook's folder, or an "
+            "absolute path."
         ) from None
     except IsADirectoryError:
         raise ValidationError(f"The script {path!r} is a folder; give a Python file.") from None

@@ -147,6 +147,34 @@ def validate_positive(what: str, value: Any) -> int:
     return value
 
 
+_UNIT_SPELLINGS = {
+    "kb": ("k", "Ki"), "mb": ("M", "Mi"), "gb": ("G", "Gi"), "tb": ("T", "Ti"),
+    "kib": ("Ki",), "mib": ("Mi",), "gib": ("Gi",), "tib": ("Ti",),
+    "k": ("k", "Ki"), "g": ("G", "Gi"), "t": ("T", "Ti"),
+    "ki": ("Ki",), "mi": ("Mi",), "gi": ("Gi",), "ti": ("Ti",),
+}  # fmt: skip
+
+
+def _quantity_hint(raw: Any) -> str:
+    """` Did you mean '2G' (10^9 bytes) or '2Gi' (2^30)?` for a size written the usual way."""
+    if not isinstance(raw, str):
+        return ""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", raw)
+    if m is None:
+        return ""
+    number, unit = m.groups()
+    options = [f"{number}{u}" for u in _UNIT_SPELLINGS.get(unit.lower(), (unit,))]
+    options = [o for o in options if _QUANTITY.fullmatch(o) and o != raw]
+    if not options:
+        return ""
+    if len(options) == 2:
+        return (
+            f" Did you mean {options[0]!r} (powers of 1000) or {options[1]!r} "
+            "(powers of 1024, what memory is usually given in)?"
+        )
+    return f" Did you mean {options[0]!r}?"
+
+
 def normalize_resources(resources: Mapping[str, Any] | None) -> dict[str, str]:
     """Turn `resources_per_node` into Kubernetes resource names and quantity strings."""
     if not resources:
@@ -175,7 +203,7 @@ def normalize_resources(resources: Mapping[str, Any] | None) -> dict[str, str]:
         if not isinstance(value, str) or not _QUANTITY.fullmatch(value):
             raise ValidationError(
                 f"Invalid quantity {raw!r} for resource {key!r}: use a Kubernetes quantity such "
-                "as 2, 500m, 4Gi or 1.5."
+                f"as 2, 500m, 4Gi or 1.5, without spaces.{_quantity_hint(raw)}"
             )
         out[name] = value
     if mig and "nvidia.com/gpu" in out:

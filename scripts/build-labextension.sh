@@ -7,6 +7,7 @@
 #   scripts/build-labextension.sh --prod     # production build (as in the wheel)
 #   scripts/build-labextension.sh --test     # also run the Jest unit tests
 #   scripts/build-labextension.sh --no-link  # build only
+#   scripts/build-labextension.sh --install-only  # jlpm install only (setup.sh, in the background)
 #
 # Needs Node.js >= 20; jlpm comes from the venv (jupyter-builder / jupyterlab).
 set -euo pipefail
@@ -14,13 +15,14 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 NAME=kf-jupyter-labextension
 
-prod=0 test=0 link=1
+prod=0 test=0 link=1 install_only=0
 for arg in "$@"; do
   case "$arg" in
+    --install-only) install_only=1 ;;
     --prod) prod=1 ;;
     --test) test=1 ;;
     --no-link) link=0 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "build-labextension: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +43,10 @@ fi
 cd labextension
 start=$(date +%s)
 jlpm install
+if ((install_only)); then
+  echo "build-labextension: Node packages installed in $(( $(date +%s) - start )) s"
+  exit 0
+fi
 if ((prod)); then jlpm build:prod; else jlpm build; fi
 # install.json is mapped from the top level by pyproject; a stray copy here (an editable install
 # writing through the venv link below) would be added to the wheel twice.

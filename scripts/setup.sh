@@ -1,13 +1,50 @@
 #!/usr/bin/env bash
 # Set up everything kf-jupyter needs on a fresh Debian machine of this kind:
 # system packages (OpenMPI, etcd, Chromium), a project-local virtualenv in .venv,
-# the package itself (editable) and the frameworks the tests and tutorials run.
-# Idempotent: a second run only checks what is already there.
+# the package itself (editable), the frameworks the tests and tutorials run, and the lab extension.
+# Idempotent: a second run only checks what is already there (seconds).
+#
+# It prints one line per step: what it does, what it downloads and about how long it took here;
+# the tools' own output (apt, pip, jlpm) goes to setup.log (KF_SETUP_LOG=FILE for another file),
+# and when a step fails its last lines are shown with the log's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${KF_PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
+LOG=${KF_SETUP_LOG:-$ROOT/setup.log}
+T0=$(date +%s)
+started=0
+
+# step "what it does (what it downloads, about how long)" command [args...]
+step() {
+  local what=$1 t rc=0
+  shift
+  if ((!started)); then
+    started=1
+    : >"$LOG"
+    echo "setup: output of the tools goes to $LOG"
+  fi
+  t=$(date +%s)
+  printf '%s\n' "== $(date -u '+%F %T') $what" >>"$LOG"
+  printf 'setup: %s ... ' "$what"
+  "$@" >>"$LOG" 2>&1 </dev/null || rc=$?
+  if ((rc)); then
+    printf 'FAILED\n'
+    echo "setup: the last lines of $LOG:" >&2
+    tail -n 30 "$LOG" | sed 's/^/  | /' >&2
+    echo "setup: this step failed (exit $rc); the whole output is in $LOG" >&2
+    exit "$rc"
+  fi
+  printf 'done (%s s)\n' "$(($(date +%s) - t))"
+}
+
+apt_install() {
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@"
+}
 
 want_apt=(openmpi-bin libopenmpi-dev etcd-server chromium xz-utils)
 missing=()
@@ -15,45 +52,95 @@ for p in "${want_apt[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  echo "setup: apt-get install ${missing[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # sudo asks for its password here, on the terminal, not inside the logged step
+  [ "$(id -u)" = 0 ] || sudo -v
+  step "system packages with apt: ${missing[*]} (about 200 MB, 1-3 min)" apt_install "${missing[@]}"
 fi
 
 if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+  step "a virtualenv in .venv ($("$PY" --version 2>&1)) (under a minute)" "$PY" -m venv .venv
 fi
 VPY=$ROOT/.venv/bin/python
+PIP=("$VPY" -m pip install --progress-bar off --disable-pip-version-check)
+
+# The lab extension: built from labextension/ and linked into the venv, rebuilt only when its
+# sources change. On a first run its Node packages download in the background while pip works
+# (both mostly wait on the network); jlpm comes with jupyter-builder, installed first.
+labext=0
+jlpm_pid=""
+JLPM_LOG=${LOG%.log}-node.log
+if command -v node >/dev/null 2>&1; then
+  lsum=$(cat labextension/package.json labextension/yarn.lock labextension/tsconfig.json \
+    $(find labextension/src labextension/style -type f 2>/dev/null | sort) 2>/dev/null |
+    sha256sum | cut -c1-16)
+  lstamp=.venv/.kf-labext-stamp
+  if [ ! -f "$lstamp" ] || [ "$(cat "$lstamp")" != "$lsum" ] || [ ! -f kf_jupyter/labextension/package.json ]; then
+    labext=1
+  fi
+else
+  echo "setup: Node.js not found; the JupyterLab extension is not built (install Node.js >= 20)" >&2
+fi
+if ((labext)) && [ ! -d labextension/node_modules ]; then
+  if [ ! -x .venv/bin/jlpm ]; then
+    step "jlpm, the lab extension's package manager (jupyter-builder; seconds)" \
+      "${PIP[@]}" "jupyter-builder>=1.3"
+  fi
+  echo "setup: the lab extension's Node packages (jlpm install: 650 packages, 420 MB in yarn's" \
+    "cache; 1-3 min) download in the background meanwhile; their log: $JLPM_LOG"
+  t_jlpm=$(date +%s)
+  # its own process group, so that a failed set-up stops all of it (node included)
+  VIRTUAL_ENV="$ROOT/.venv" setsid bash scripts/build-labextension.sh --install-only \
+    >"$JLPM_LOG" 2>&1 </dev/null &
+  jlpm_pid=$!
+  trap '[ -n "$jlpm_pid" ] && kill -- "-$jlpm_pid" 2>/dev/null || true' EXIT
+fi
+
 stamp=.venv/.kf-setup-stamp
 sum=$(cat pyproject.toml requirements/*.txt 2>/dev/null | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
-  "$VPY" -m pip install -q --upgrade pip
+  step "pip itself, upgraded (seconds)" "${PIP[@]}" --upgrade pip
   # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
-  "$VPY" -m pip install -q "torch==2.13.0"
-  "$VPY" -m pip install -q -r requirements/dev.txt
+  step "PyTorch 2.13.0, CPU build (a 190 MB download, 750 MB on disk; 1-3 min)" \
+    "${PIP[@]}" "torch==2.13.0"
+  step "JAX, XGBoost, Transformers, JupyterLab 4.6, the Kubernetes client and the test tools (requirements/dev.txt: about 150 MB to download, 1.4 GB on disk; 4-7 min)" \
+    "${PIP[@]}" -r requirements/dev.txt
   # The lab extension is built and linked by scripts/build-labextension.sh below, not by the hook.
   # The editable install copies shared-data into the venv: drop our link first so it cannot write
   # through it into kf_jupyter/labextension, and relink below.
   link=.venv/share/jupyter/labextensions/kf-jupyter-labextension
   if [ -L "$link" ]; then rm -f "$link"; fi
-  HATCH_BUILD_NO_HOOKS=true "$VPY" -m pip install -q --no-build-isolation --no-deps -e .
+  step "kf-jupyter itself, editable (seconds)" env HATCH_BUILD_NO_HOOKS=true \
+    "${PIP[@]}" --no-build-isolation --no-deps -e .
   rm -f .venv/.kf-labext-stamp
   # The wheel ships this as jupyter-config; the editable install needs it said once.
-  .venv/bin/jupyter server extension enable --sys-prefix kf_jupyter >/dev/null
+  .venv/bin/jupyter server extension enable --sys-prefix kf_jupyter >>"$LOG" 2>&1
   echo "$sum" >"$stamp"
 fi
-# The JupyterLab extension: built from labextension/ and linked into the venv; rebuilt only
-# when its sources change.
-if command -v node >/dev/null 2>&1; then
-  lsum=$(cat labextension/package.json labextension/yarn.lock labextension/tsconfig.json \
-    $(find labextension/src labextension/style -type f | sort) 2>/dev/null | sha256sum | cut -c1-16)
-  lstamp=.venv/.kf-labext-stamp
-  if [ ! -f "$lstamp" ] || [ "$(cat "$lstamp")" != "$lsum" ] || [ ! -f kf_jupyter/labextension/package.json ]; then
-    VIRTUAL_ENV=$ROOT/.venv bash scripts/build-labextension.sh --prod
-    echo "$lsum" >"$lstamp"
+if [ -n "$jlpm_pid" ]; then
+  if kill -0 "$jlpm_pid" 2>/dev/null; then
+    printf 'setup: waiting for the Node packages ... '
+  else
+    printf 'setup: the Node packages ... '
   fi
-else
-  echo "setup: Node.js not found; the JupyterLab extension is not built" >&2
+  rc=0
+  wait "$jlpm_pid" || rc=$?
+  jlpm_pid=""
+  if ((rc)); then
+    printf 'FAILED\n'
+    tail -n 30 "$JLPM_LOG" | sed 's/^/  | /' >&2
+    echo "setup: jlpm install failed (exit $rc); its whole output is in $JLPM_LOG" >&2
+    exit "$rc"
+  fi
+  took=$(sed -n 's/^build-labextension: Node packages installed in \([0-9]*\) s$/\1/p' "$JLPM_LOG")
+  printf 'done (%s s, in the background)\n' "${took:-$(($(date +%s) - t_jlpm))}"
 fi
-echo "setup: ready ($("$VPY" --version), venv at $ROOT/.venv)"
+if ((labext)); then
+  step "the JupyterLab extension, built (about 30 s; linked into .venv)" \
+    env VIRTUAL_ENV="$ROOT/.venv" bash scripts/build-labextension.sh --prod
+  echo "$lsum" >"$lstamp"
+fi
+if ((started)); then
+  echo "setup: ready in $(($(date +%s) - T0)) s ($("$VPY" --version), venv at $ROOT/.venv; the tools' output is in $LOG)"
+else
+  echo "setup: ready ($("$VPY" --version), venv at $ROOT/.venv; nothing to do)"
+fi

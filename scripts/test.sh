@@ -31,13 +31,6 @@ fi
 
 if compgen -G "notebooks/*.ipynb" >/dev/null; then
   echo "== notebooks (nbval)"
-  # The nbval set-up (tests/nbval_tutorials.py) and sanitizers live in tests/: the tutorials
-  # folder shows only the tutorials.
-  $PY -m pytest -p no:cacheprovider -p tests.nbval_tutorials --nbval-lax --nbval-current-env \
-    --nbval-cell-timeout=300 --nbval-sanitize-with tests/nbval-sanitize.cfg notebooks/ \
-    -o testpaths=notebooks
-  rc=$?
-  [ $rc -eq 5 ] && { echo "test: no notebook cells ran" >&2; rc=1; }
-  [ $rc -eq 0 ] || status=1
+  bash scripts/test-notebooks.sh || status=1
 fi
 exit $status

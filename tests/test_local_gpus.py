@@ -197,9 +197,9 @@ def test_torch_ranks_map_local_rank_to_their_nodes_devices_warm(
     monkeypatch: Any,
     standin_smi: StandinSMI,
 ) -> None:
-    # prestart_pool keys its pool on the kernel's environment, a job's on its own, which has
-    # TORCH_DIST_INIT_BARRIER=1: set it here so the prestarted pool is the job's.
-    monkeypatch.setenv("TORCH_DIST_INIT_BARRIER", "1")
+    # The pool prestart_pool starts must be the job's: it failed (the job started cold, "the
+    # warm pool is not ready") while prestart_pool left out the job's TORCH_DIST_INIT_BARRIER=1.
+    monkeypatch.delenv("TORCH_DIST_INIT_BARRIER", raising=False)
     client = TrainerClient(LocalBackendConfig(state_dir=tmp_path / "state"))
     try:
         _wait_ready(client, "torch")

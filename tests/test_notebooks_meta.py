@@ -180,7 +180,12 @@ def test_sanitize_file_masks_job_names_and_times():
 
 
 def test_ci_runs_the_notebooks_with_nbval_and_the_sanitize_file():
-    script = (REPO / "scripts" / "test.sh").read_text()
+    assert "bash scripts/test-notebooks.sh" in (REPO / "scripts" / "test.sh").read_text()
+    script = (REPO / "scripts" / "test-notebooks.sh").read_text()
     line = next(ln for ln in script.splitlines() if "--nbval-lax" in ln)
     assert "--nbval-current-env" in line
-    assert "tests/nbval-sanitize.cfg notebooks/" in script and "-p tests.nbval_tutorials" in script
+    assert "--nbval-sanitize-with tests/nbval-sanitize.cfg" in script
+    assert "-p tests.nbval_tutorials" in script
+    # the committed tutorials, copied out of the repository (tests/committed_tutorials.py)
+    assert '-m tests.committed_tutorials "$tut/notebooks"' in script
+    assert '"$tut/notebooks"' in script.split("--nbval-lax", 1)[1]

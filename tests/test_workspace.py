@@ -152,6 +152,19 @@ def test_enclosing_git_repository_gitignore_applies(tmp_path):
     assert "scratch/x.py" not in names and "table.parquet" not in names
 
 
+def test_a_folder_the_repository_ignores_ships_its_own_files(tmp_path):
+    """scripts/run.sh serves the tutorials from the ignored my-tutorials/: a module the user puts
+    next to a notebook there travels with the job (its own .gitignore still applies)."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".gitignore").write_text("/my-tutorials/\n*.parquet\n")
+    nb = make_notebook_folder(repo / "my-tutorials")
+    (nb / "outputs" / "model.pt").write_bytes(b"x")
+    names = {f.path for f in take_snapshot(Workspace(), str(nb)).files}
+    assert {"datautils.py", "data.csv"} <= names
+    assert "outputs/model.pt" not in names  # the folder's own .gitignore
+
+
 def test_over_limit_is_one_clear_paragraph(tmp_path):
     root = make_notebook_folder(tmp_path / "nb")
     (root / "huge.csv").write_bytes(b"1" * 3000)

@@ -17,6 +17,7 @@ from typing import Any
 from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.utils.process import arg_split
 from traitlets import Any as AnyTrait
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
@@ -63,7 +64,9 @@ def _parse_args(magic: Any, line: str) -> Any:
         print_help(magic)
         return None
     try:
-        return ma.parse_argstring(magic, line)
+        # Split as a shell does (quotes removed), not IPython's default that keeps them: with it
+        # --resources 'cpu=2,memory=4Gi' read as the resource "'cpu".
+        return magic.parser.parse_args(arg_split(line, posix=True))
     except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
         raise UsageError(
             f"Cannot read the flags ({exc}): close the quotation mark, or escape a lone quote "
@@ -187,6 +190,20 @@ def _resources(text: str | None) -> dict[str, str] | None:
             k, v = _parse_kv(part.strip(), "--resources")
             out[k] = v.strip()
     return out
+
+
+def _show_dry_run(plan: dict[str, Any], full: str, trainer: Any, rc: Any) -> None:
+    """A short summary first, the full manifest after it: as text (YAML comments, so the
+    output stays valid YAML), and in a notebook as a table with the manifest folded."""
+    from IPython.display import display
+
+    from ..dryrun import summary_html, summary_text
+
+    text = summary_text(plan, full.count("\n"), trainer, rc) + full
+    display(
+        {"text/plain": text.rstrip("\n"), "text/html": summary_html(plan, full, trainer, rc)},
+        raw=True,
+    )
 
 
 def _gpu_preview(plan: dict[str, Any]) -> str:
@@ -565,6 +582,9 @@ class KubeflowMagics(Magics):
                 f"{rt_name!r} without checking that it exists.",
                 file=sys.stderr,
             )
+        given = dict(plan) if isinstance(plan, dict) else {}
+        if backend == "kubernetes" and not given.get("namespace"):
+            given["namespace"] = args.namespace or self.namespace
         extra = ""
         if isinstance(plan, dict) and isinstance(plan.get("workspace"), dict):
             extra = _workspace_preview(plan)
@@ -584,9 +604,8 @@ class KubeflowMagics(Magics):
             plan.setdefault("metadata", {}).setdefault(
                 "namespace", args.namespace or self.namespace
             )
-        print(to_yaml(plan), end="")
-        if extra:
-            print(extra, end="")
+        full = to_yaml(plan) + extra
+        _show_dry_run(given, full, trainer, rc)
 
     # -- following a job -------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 run.sh starts JupyterLab as a user gets it (set-up skipped with KF_SKIP_SETUP=1, from a copy of
 the repository's scripts, tutorials and config so that saving cannot touch the repository); the test opens the URL it
-prints, as a user would, and saves the notebook as JupyterLab's autosave does.
+prints, as a user would, and saves the notebook as JupyterLab's autosave does: into the working
+copy my-tutorials/, never into notebooks/.
 """
 
 from __future__ import annotations
@@ -100,8 +101,13 @@ def test_run_sh_opens_the_quickstart_without_the_news_popup(tmp_path: Path) -> N
                 page.wait_for_timeout(1000)
             finally:
                 browser.close()
+        # It saved into the working copy (my-tutorials/), which holds the tutorial unchanged;
+        # the tracked one is not touched at all.
         before = nbformat.read(ROOT / "notebooks" / "01-quickstart.ipynb", as_version=4)
-        after = nbformat.read(nbdir / "01-quickstart.ipynb", as_version=4)
+        after = nbformat.read(repo / "my-tutorials" / "01-quickstart.ipynb", as_version=4)
         assert _strip_volatile(after) == _strip_volatile(before)
+        assert (nbdir / "01-quickstart.ipynb").read_bytes() == (
+            ROOT / "notebooks" / "01-quickstart.ipynb"
+        ).read_bytes()
     finally:
         stop_lab(proc, log, None, None)

@@ -15,7 +15,7 @@ from ...constants import (
     RUNTIME_PLURAL,
     VERSION,
 )
-from ...errors import BackendError, KFJupyterError, RuntimeNotFoundError
+from ...errors import BackendError, KFJupyterError, RuntimeNotFoundError, did_you_mean
 from ...runtimes import Runtime
 from .api import KubeApi
 from .errors import Where
@@ -86,8 +86,8 @@ class RuntimesMixin(KubeApi):
                 return rt
         names = ", ".join(r.name for r in runtimes) or "none"
         raise RuntimeNotFoundError(
-            f"No training runtime named {name!r} in namespace {self.namespace!r} or cluster-wide. "
-            f"Available runtimes: {names}. Check the name with client.list_runtimes()."
+            f"No training runtime named {name!r} in namespace {self.namespace!r} or cluster-wide."
+            f"{did_you_mean(name, (r.name for r in runtimes))} Available runtimes: {names}. Check the name with client.list_runtimes()."
         )
 
     def _runtime_of(self, obj: dict[str, Any], runtimes: dict[tuple[str, str], Runtime]) -> Any:

@@ -475,6 +475,8 @@ class LocalBackend:
         env = {
             **os.environ,
             "PATH": os.pathsep.join([*bindirs, os.environ.get("PATH", os.defpath)]),
+            # As every job's environment has it (_process_env): the pool is keyed on TORCH_*.
+            "TORCH_DIST_INIT_BARRIER": os.environ.get("TORCH_DIST_INIT_BARRIER", "1"),
         }
         launcher = warm_pool.LAUNCHER[framework]
         interp = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))

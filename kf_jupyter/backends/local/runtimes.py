@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...constants import CLUSTER_RUNTIME_KIND, FRAMEWORK_LABEL, LOCAL_UNSUPPORTED_ANNOTATION
-from ...errors import RuntimeNotFoundError, ValidationError
+from ...errors import RuntimeNotFoundError, ValidationError, did_you_mean
 from ...runtimes import Runtime
 
 log = logging.getLogger("kf_jupyter.local")
@@ -213,7 +213,8 @@ def find_runtime(name: str) -> Runtime:
         if rt.name == wanted:
             return rt
     raise RuntimeNotFoundError(
-        f"No local runtime named {name!r}. Local runtimes (those of a default Kubeflow Trainer "
+        f"No local runtime named {name!r}.{did_you_mean(wanted, (r.name for r in runtimes))} "
+        "Local runtimes (those of a default Kubeflow Trainer "
         f"install): {', '.join(r.name for r in runtimes)}. Check the name with "
         "client.list_runtimes() (or %kf_runtimes)."
     )
