@@ -28,8 +28,7 @@ from .constants import (
 )
 from .errors import OptionError, RuntimeMismatchError, ValidationError
 from .options import KUBERNETES, Name, apply_options, backend_name
-from .policies import OWN_ENV_PREFIX, JobShape, Payload, get_policy
-from .policies.resources import auto_procs_per_node, gpus_per_node
+from .policies import OWN_ENV_PREFIX, JobShape, Payload, get_policy, gpus_per_node
 from .runtimes import Runtime
 from .script import SCRIPT_FUNC_NAME, load_script, validate_script_args
 from .trainers import BaseTrainer
@@ -98,22 +97,50 @@ def _payload(trainer: BaseTrainer, rc: RuntimeConfig) -> Payload:
     )
 
 
-def job_shape(trainer: BaseTrainer, runtime: Runtime, name: str) -> JobShape:
-    """Nodes, processes per node and GPUs per node for this trainer on this runtime.
-
-    A torch job without numProcPerNode gets what the Trainer's `auto` becomes on a node with
-    these resources (policies.resources: the GPU count, else max(1, cpu)).
-    """
+def node_resources(trainer: BaseTrainer, runtime: Runtime) -> dict[str, Any]:
+    """The resources per node the Trainer reads: the job's `resourcesPerNode` (sent as requests
+    and limits), else the runtime's `node` container's (ExtractResourcePerNodeFromRuntime)."""
     resources = trainer.resources()
-    nproc = trainer.procs_per_node or runtime.num_proc_per_node
-    if nproc is None and trainer.policy == "torch":
-        nproc = auto_procs_per_node(resources)
+    if resources:
+        return {"requests": dict(resources), "limits": dict(resources)}
+    return dict(runtime.node_resources)
+
+
+def job_shape(trainer: BaseTrainer, runtime: Runtime, name: str) -> JobShape:
+    """Nodes, processes per node (and why) and GPUs per node for this trainer on this runtime,
+    as the Trainer's plugin for the policy derives them (the same on both backends)."""
+    policy = get_policy(trainer.policy)
+    resources = node_resources(trainer, runtime)
+    procs = policy.procs_per_node(trainer.procs_per_node, runtime.num_proc_per_node, resources)
+    mpi = policy.name == "mpi"
     return JobShape(
         name=name,
         num_nodes=trainer.num_nodes or runtime.num_nodes or 1,
-        num_proc_per_node=nproc,
+        num_proc_per_node=procs.count,
         gpus_per_node=gpus_per_node(resources),
+        nproc_env=procs.env,
+        procs_reason=procs.reason,
+        launcher_as_node=mpi and runtime.run_launcher_as_node,
+        launcher_first=mpi and runtime.launcher_first,
     )
+
+
+def describe_processes(shape: JobShape, policy: str) -> dict[str, Any]:
+    """What the dry run says about the processes: per node, in all, and why."""
+    out: dict[str, Any] = {
+        "num_nodes": shape.num_nodes,
+        "processes_per_node": shape.procs,
+        "world_size": shape.world_size,
+        "why": shape.procs_reason,
+    }
+    if policy == "mpi":
+        out["hosts"] = shape.hosts
+        if shape.launcher_as_node:
+            out["why"] += (
+                f"; runLauncherAsNode: {shape.node_pods} node pod(s) plus the launcher are the "
+                f"hosts, {shape.procs} slot(s) each"
+            )
+    return out
 
 
 def build_trainjob(
@@ -161,7 +188,7 @@ def build_trainjob(
             )
             if mismatch:
                 raise ValidationError(mismatch)
-        spec_trainer["command"] = ["bash", "-c", policy.script(trainer, payload)]
+        spec_trainer["command"] = ["bash", "-c", policy.script(trainer, payload, shape)]
     if trainer.num_nodes is not None:
         spec_trainer["numNodes"] = trainer.num_nodes
     if trainer.procs_per_node is not None:
@@ -382,6 +409,7 @@ class LaunchPlan:
             "policy": self.policy,
             "num_nodes": self.shape.num_nodes,
             "num_proc_per_node": self.shape.num_proc_per_node,
+            "world": describe_processes(self.shape, self.policy),
             "processes": [
                 {
                     "name": p.name,

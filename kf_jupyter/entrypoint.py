@@ -31,9 +31,18 @@ def _kfj_rank():
     return int(os.environ.get("KF_JUPYTER_NODE_RANK", "0") or 0)
 
 
+def _kfj_report_record(step, progress, metrics):
+    """A report line's record; an MPI rank adds its rank (the launcher relays rank 0's)."""
+    record = {"step": step, "progress": progress, "metrics": metrics}
+    mpi_rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMIX_RANK")
+    if mpi_rank is not None and mpi_rank.strip().isdigit():
+        record["rank"] = int(mpi_rank)
+    return record
+
+
 def _kfj_report(step=None, progress=None, **metrics):
     """Report progress and metrics; the monitor reads them from the logs."""
-    record = {"step": step, "progress": progress, "metrics": metrics}
+    record = _kfj_report_record(step, progress, metrics)
     line = _KFJ_REPORT + json.dumps(record, default=float, allow_nan=True)
     print(line, flush=True)
     _kfj_status_report(step, progress, metrics)
@@ -144,6 +153,8 @@ def _kfj_status_report(step, progress, metrics, eta=None):
     try:
         if not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") or _kfj_rank() != 0:
             return
+        if os.environ.get(_KFJ_RELAY_ENV):  # an MPI rank: the launcher posts (_kfj_mpi_relay)
+            return
         import atexit
         import threading
         import time
@@ -161,6 +172,111 @@ def _kfj_status_report(step, progress, metrics, eta=None):
             state["cond"].notify()
     except Exception:
         pass
+
+
+# -- MPI: the launcher relays rank 0's reports ------------------------------------------------
+# On a cluster the Trainer gives KUBEFLOW_TRAINER_* and the token volume to the launcher only
+# (trainjobstatus.go:88-96: the trainer-ancestor replicated job), while rank 0 runs on the first
+# hostfile host, a node pod (mpi.go:316-330). So the launcher runs mpirun under this relay: it
+# copies mpirun's output through unchanged and posts the reports of rank 0 itself; ranks it
+# starts see KF_JUPYTER_STATUS_RELAY and leave posting to it. Where the ranks' output does not
+# pass through mpirun (a local run writes one log per rank) the relay just runs mpirun.
+
+_KFJ_RELAY_ENV = "KF_JUPYTER_STATUS_RELAY"
+
+
+def _kfj_mpi_relay(command):
+    """Run `command` (mpirun ...); post rank 0's report lines from its output; its exit code."""
+    import signal
+    import subprocess
+
+    if not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") or os.environ.get(
+        "KF_JUPYTER_RANK_LOG_DIR"
+    ):
+        os.execvp(command[0], command)
+    env = dict(os.environ)
+    env[_KFJ_RELAY_ENV] = "1"
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, env=env)
+
+    def forward(signum, frame):
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    out = sys.stdout.buffer
+    prefix = _KFJ_REPORT.encode()
+    for line in proc.stdout:
+        out.write(line)
+        out.flush()
+        at = line.find(prefix)
+        if at < 0:
+            continue
+        try:
+            record = json.loads(line[at + len(prefix) :])
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("rank", 0) == 0:
+            metrics = record.get("metrics")
+            metrics = metrics if isinstance(metrics, dict) else {}
+            _kfj_status_report(record.get("step"), record.get("progress"), metrics)
+    code = proc.wait()
+    return 128 - code if code < 0 else code
+
+
+# -- XGBoost: one worker per GPU ---------------------------------------------------------------
+# The Trainer sets DMLC_NUM_WORKER = nodes x GPUs per node (xgboost.go:100-113) and
+# DMLC_TASK_ID = the pod's index, so a pod with G GPUs must start G workers; worker j of pod i is
+# task i*G+j and sees the pod's j-th GPU only. KF_JUPYTER_WORKERS_PER_NODE (G) is written into
+# the command by the xgboost policy.
+
+_KFJ_WORKERS_ENV = "KF_JUPYTER_WORKERS_PER_NODE"
+
+
+def _kfj_fan_out(argv, workers):
+    """Start `workers` copies of this runner (one per GPU), wait for all; the first failure's
+    exit code (the others are stopped: the tracker would wait for them forever)."""
+    import signal
+    import subprocess
+    import time
+
+    node = int(os.environ.get("DMLC_TASK_ID", "0") or 0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(j) for j in range(workers)]
+    procs = []
+    for j in range(workers):
+        env = dict(os.environ)
+        env.update(
+            {
+                _KFJ_WORKERS_ENV: "1",
+                "DMLC_TASK_ID": str(node * workers + j),
+                "LOCAL_RANK": str(j),
+                "CUDA_VISIBLE_DEVICES": devices[j] if j < len(devices) else str(j),
+            }
+        )
+        procs.append(subprocess.Popen([sys.executable, *argv], env=env))
+
+    def forward(signum, frame):
+        for p in procs:
+            try:
+                p.send_signal(signum)
+            except OSError:
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    code = 0
+    while any(p.poll() is None for p in procs):
+        failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+        if failed and not code:
+            code = failed[0]
+            forward(signal.SIGTERM, None)
+        time.sleep(0.1)
+    if not code:
+        code = next((p.returncode for p in procs if p.returncode), 0)
+    return 128 - code if code < 0 else code
 
 
 def _kfj_install_report_shim():
@@ -436,7 +552,12 @@ def _kfj_exit_status(exc):
 
 
 def _kfj_main(argv):
+    if argv[1:2] == ["--mpi-relay"]:
+        return _kfj_mpi_relay(argv[2:])
     func_file, func_name, args_file, setup = argv[1:5]
+    workers = os.environ.get(_KFJ_WORKERS_ENV, "")
+    if setup == "xgboost" and workers.isdigit() and int(workers) > 1:
+        return _kfj_fan_out(argv, int(workers))
     sys.argv = _kfj_program_argv(argv)
     rank = _kfj_rank()
     _kfj_redirect_logs(rank)

@@ -143,11 +143,18 @@ def pip_prelude(packages: Sequence[str], index_urls: Sequence[object]) -> str:
     )
     env = "PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1"
     pip = f"{env} {idx}python3 -m pip install --quiet --no-warn-script-location"
+    # Where to: the interpreter's site-packages, else the user's (~/.local), else, when neither
+    # is writable (non-root with a read-only or missing $HOME: restricted namespaces), a folder
+    # in the job's work directory put on PYTHONPATH.
+    target = '"$kfj_dir/site-packages"'
     return (
         'if [ -z "${KF_JUPYTER_SKIP_INSTALL:-}" ]; then\n'
-        '  kfj_pip_log="$(mktemp "${TMPDIR:-/tmp}/kf-jupyter-pip.XXXXXX")"\n'
+        '  kfj_pip_log="$kfj_dir/pip.log"\n'
         f'  python3 -m pip --version >/dev/null 2>&1 || {env} python3 -m ensurepip --upgrade >"$kfj_pip_log" 2>&1 || true\n'
-        f'  if ! {pip} {args} >>"$kfj_pip_log" 2>&1 && ! {pip} --user {args} >>"$kfj_pip_log" 2>&1; then\n'
+        f'  if {pip} {args} >>"$kfj_pip_log" 2>&1 || {pip} --user {args} >>"$kfj_pip_log" 2>&1; then :\n'
+        f'  elif {pip} --target {target} {args} >>"$kfj_pip_log" 2>&1; then\n'
+        f'    export PYTHONPATH={target[:-1]}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        "  else\n"
         f"    printf '%s\\n' {what} >&2\n"
         '    tail -n 25 "$kfj_pip_log" >&2\n'
         "    exit 1\n"
@@ -156,24 +163,54 @@ def pip_prelude(packages: Sequence[str], index_urls: Sequence[object]) -> str:
     )
 
 
-def materialise(source: str, args_json: str, runner: str, subdir: str = "") -> str:
-    """Shell lines that write the three payloads into the job's work directory, exactly."""
-    head = (
-        'kfj_dir="${KF_JUPYTER_WORKDIR:-}"\n'
-        'if [ -z "$kfj_dir" ]; then kfj_dir="$(mktemp -d "${TMPDIR:-/tmp}/kf-jupyter.XXXXXX")"; fi\n'
-    )
-    if subdir:
-        head += f'kfj_dir="$kfj_dir{subdir}"\n'
+#: Printed when no directory the job may write to exists (see `workdir`).
+NO_WRITABLE_DIR = (
+    "kf-jupyter: this container has no writable directory for the job's files: $TMPDIR (or "
+    "/tmp), $HOME, the working directory and /dev/shm are all read-only or missing. The pod "
+    "probably runs with securityContext.readOnlyRootFilesystem: true (restricted namespaces "
+    "often set it) and a $HOME it may not write. Mount a writable emptyDir volume (for example "
+    "at /tmp) with a RuntimePatch that adds it to the pod's volumes and to container node's "
+    "volumeMounts, or set TMPDIR in RuntimeConfig(env=...) to a writable mount, and run the "
+    "job again."
+)
+
+
+def workdir(subdir: str = "") -> str:
+    """Shell lines that set `$kfj_dir`, the job's work directory, and create it.
+
+    KF_JUPYTER_WORKDIR when set (the local backend); else a fresh folder in the first writable
+    of $TMPDIR (/tmp), $HOME, the working directory and /dev/shm. When $TMPDIR (/tmp) is not
+    writable (a read-only root filesystem), TMPDIR is pointed into the work directory, so
+    Python's tempfile, torchrun and pip find one. None writable: one paragraph, exit 1.
+    """
     return (
-        head
+        'kfj_dir="${KF_JUPYTER_WORKDIR:-}"\n'
+        'if [ -z "$kfj_dir" ]; then\n'
+        '  for kfj_base in "${TMPDIR:-/tmp}" "${HOME:-}" "$PWD" /dev/shm; do\n'
+        '    [ -n "$kfj_base" ] && kfj_dir="$(mktemp -d "$kfj_base/kf-jupyter.XXXXXX" 2>/dev/null)" && break\n'
+        '    kfj_dir=""\n'
+        "  done\n"
+        '  if [ -z "$kfj_dir" ]; then\n'
+        f"    printf '%s\\n' {quote(NO_WRITABLE_DIR)} >&2\n"
+        "    exit 1\n"
+        "  fi\n"
+        '  case "$kfj_dir" in\n'
+        '    "${TMPDIR:-/tmp}"/*) ;;\n'
+        '    *) mkdir -p "$kfj_dir/tmp" && export TMPDIR="$kfj_dir/tmp" ;;\n'
+        "  esac\n"
+        "fi\n" + (f'kfj_dir="$kfj_dir{subdir}"\n' if subdir else "") + 'mkdir -p "$kfj_dir"\n'
+    )
+
+
+def materialise(source: str | None, args_json: str, runner: str) -> str:
+    """Shell lines that write the payloads into the job's work directory, exactly (after
+    `workdir`, which sets `$kfj_dir`); `source=None` writes the runner only."""
+    files = [("kf_func.py", source), ("kf_args.json", args_json)] if source is not None else []
+    files.append(("kf_entry.py", runner))
+    return (
         # owner-only (the job store is private whatever the umask); the job keeps its umask
-        + 'kfj_umask="$(umask)"; umask 077\n'
-        + 'mkdir -p "$kfj_dir"\n'
-        + (
-            f"printf '%s' {quote(source)} >\"$kfj_dir/kf_func.py\"\n"
-            f"printf '%s' {quote(args_json)} >\"$kfj_dir/kf_args.json\"\n"
-            f"printf '%s' {quote(runner)} >\"$kfj_dir/kf_entry.py\"\n"
-        )
+        'kfj_umask="$(umask)"; umask 077\n'
+        + "".join(f"printf '%s' {quote(text)} >\"$kfj_dir/{name}\"\n" for name, text in files)
         + 'umask "$kfj_umask"\n'
     )
 

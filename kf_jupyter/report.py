@@ -30,9 +30,10 @@ def report(step: int | None = None, progress: float | None = None, **metrics: fl
                 f"report(): metric {key!r} is an integer too large for a float "
                 f"({len(str(abs(value)))} digits); report a float or a scaled value instead."
             ) from None
-    record = {"step": step, "progress": progress, "metrics": values}
+    from .entrypoint import _kfj_report_record, _kfj_status_report
+
+    record = _kfj_report_record(step, progress, values)
     print(REPORT_PREFIX + json.dumps(record, allow_nan=True), flush=True)
-    from .entrypoint import _kfj_status_report
 
     _kfj_status_report(step, progress, values)
 

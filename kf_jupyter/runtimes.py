@@ -60,6 +60,11 @@ class Runtime:
     replicated_jobs: tuple[ReplicatedJob, ...] = ()
     #: MPI: `mlPolicy.mpi.runLauncherAsNode` (the launcher is a host of the world).
     run_launcher_as_node: bool = False
+    #: The `node` container's resources in the runtime template (`{"requests", "limits"}`):
+    #: what numProcPerNode `auto` and the GPU count use when the job sets no resources.
+    node_resources: Mapping[str, Any] = field(default_factory=dict)
+    #: MPI: the runtime lists `launcher` before `node` (its line comes first in the hostfile).
+    launcher_first: bool = False
 
     @classmethod
     def from_manifest(cls, obj: Mapping[str, Any]) -> Runtime:
@@ -75,6 +80,8 @@ class Runtime:
         if isinstance(sub, Mapping) and isinstance(sub.get("numProcPerNode"), int):
             nproc = sub["numProcPerNode"]
         image, trainer_job = _trainer_image(spec)
+        replicated = _replicated_jobs(spec)
+        jobs = [rj.name for rj in replicated]
         return cls(
             name=meta.get("name", ""),
             kind=obj.get("kind") or CLUSTER_RUNTIME_KIND,
@@ -88,8 +95,12 @@ class Runtime:
             annotations=annotations,
             namespace=meta.get("namespace"),
             trainer_job=trainer_job,
-            replicated_jobs=_replicated_jobs(spec),
+            replicated_jobs=replicated,
             run_launcher_as_node=bool(isinstance(sub, Mapping) and sub.get("runLauncherAsNode")),
+            node_resources=_node_resources(spec),
+            launcher_first="launcher" in jobs
+            and "node" in jobs
+            and jobs.index("launcher") < jobs.index("node"),
         )
 
     def pod_counts(self, num_nodes: int | None) -> dict[str, int]:
@@ -169,6 +180,28 @@ def _replicated_jobs(spec: Mapping[str, Any]) -> tuple[ReplicatedJob, ...]:
             )
         )
     return tuple(out)
+
+
+def _node_resources(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The first `node` container's resources of the job named node or marked as the trainer
+    step (ExtractResourcePerNodeFromRuntime, pkg/runtime/runtime.go:254-277)."""
+    jobs = (((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs")) or []
+    for rj in jobs:
+        if not isinstance(rj, Mapping):
+            continue
+        tmpl = rj.get("template") or {}
+        labels = (tmpl.get("metadata") or {}).get("labels") or {}
+        if rj.get("name") != "node" and labels.get(ANCESTOR_LABEL) != "trainer":
+            continue
+        pod = ((tmpl.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for c in pod.get("containers") or []:
+            if c.get("name") == "node" and c.get("resources") is not None:
+                res = c["resources"]
+                return {
+                    "requests": dict(res.get("requests") or {}),
+                    "limits": dict(res.get("limits") or {}),
+                }
+    return {}
 
 
 def _trainer_image(spec: Mapping[str, Any]) -> tuple[str | None, str]:

@@ -295,7 +295,7 @@ def test_cluster_command_pip_step_keeps_the_password_out_of_argv(auth_index, tmp
     env = {e["name"]: e["value"] for e in st["env"]}
     assert env == program.index_env([auth_index])
     # Run the prelude the way the container does (bash -c, the TrainJob's env), with a scan.
-    script = "set -e\n" + program.pip_prelude(rc.packages, rc.index_urls)
+    script = "set -e\n" + program.workdir() + program.pip_prelude(rc.packages, rc.index_urls)
     proc_env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     proc_env.update(
         env,
@@ -352,7 +352,7 @@ def test_index_url_from_a_secret_ref(auth_index, tmp_path) -> None:
     # The container gets PIP_INDEX_URL from the Secret (the kubelet resolves valueFrom).
     venv_dir = tmp_path / "img"
     subprocess.run([sys.executable, "-m", "venv", str(venv_dir)], check=True)
-    script = "set -e\n" + program.pip_prelude(rc.packages, rc.index_urls)
+    script = "set -e\n" + program.workdir() + program.pip_prelude(rc.packages, rc.index_urls)
     proc_env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     proc_env.update(
         PIP_INDEX_URL=auth_index,

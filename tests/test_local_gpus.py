@@ -138,11 +138,12 @@ def test_gpu_count_and_auto_follow_the_trainer_rule() -> None:
     assert gpus_per_node({"example.com/GPU-a100": "1.5"}) == 2
     assert gpus_per_node({"cpu": "4", "nvidia.com/mig-1g.5gb": "1"}) == 0
     assert quantity_value("500m") == 1 and quantity_value("2Ki") == 2048
-    # auto: the GPU count, else max(1, cpu), a missing cpu counting 0; no resources: auto.
+    # auto: the GPU count, else max(1, cpu), a missing cpu counting 0; no resources: 1 too
+    # (torch.go:127-135 derefs a missing resourcesPerNode to an empty one: issue 19 item 3).
     assert auto_procs_per_node({"nvidia.com/gpu": "4", "cpu": "16"}) == 4
     assert auto_procs_per_node({"cpu": "2500m"}) == 3
     assert auto_procs_per_node({"memory": "4Gi"}) == 1
-    assert auto_procs_per_node({}) is None
+    assert auto_procs_per_node({}) == 1
     rt = Runtime(name="torch-distributed", framework="torch", ml_policy="torch")
     shape = job_shape(TorchTrainer(num_nodes=2, resources_per_node={"gpu": 3}), rt, "j")
     assert (shape.num_proc_per_node, shape.gpus_per_node) == (3, 3)

@@ -102,7 +102,7 @@ def _run_prelude(
 
 def test_installs_extras_from_several_indexes_without_pip(index, bare_python, tmp_path) -> None:
     urls = [f"{index}/simple", f"{index}/other"]
-    script = program.pip_prelude(["kfj-demo-a[fast]", "kfj-demo-b==1.0"], urls)
+    script = program.workdir() + program.pip_prelude(["kfj-demo-a[fast]", "kfj-demo-b==1.0"], urls)
     proc = _run_prelude(script, bare_python, tmp_path, urls)
     assert proc.returncode == 0, proc.stderr
     check = subprocess.run(
@@ -118,7 +118,7 @@ def test_installs_extras_from_several_indexes_without_pip(index, bare_python, tm
 
 
 def test_failure_says_so_in_one_line_with_the_pip_log(index, tmp_path) -> None:
-    script = program.pip_prelude(["kfj-no-such-package"], [f"{index}/simple"])
+    script = program.workdir() + program.pip_prelude(["kfj-no-such-package"], [f"{index}/simple"])
     proc = _run_prelude(script, Path(sys.executable).parent, tmp_path, [f"{index}/simple"])
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
@@ -129,7 +129,7 @@ def test_failure_says_so_in_one_line_with_the_pip_log(index, tmp_path) -> None:
 
 
 def test_skipped_when_the_local_backend_provides_the_environment(tmp_path) -> None:
-    script = program.pip_prelude(["kfj-no-such-package"], [])
+    script = program.workdir() + program.pip_prelude(["kfj-no-such-package"], [])
     env_script = "export KF_JUPYTER_SKIP_INSTALL=1\n" + script
     proc = _run_prelude(env_script, Path(sys.executable).parent, tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -183,7 +183,11 @@ def test_installs_into_an_externally_managed_python(index) -> None:
             "PIP_NO_CACHE_DIR": "1",
             **program.index_env([f"{index}/simple"]),
         }
-        script = "set -e\n" + program.pip_prelude(["kfj-demo-a"], [f"{index}/simple"])
+        script = (
+            "set -e\n"
+            + program.workdir()
+            + program.pip_prelude(["kfj-demo-a"], [f"{index}/simple"])
+        )
         proc = subprocess.run(
             [*as_user, "bash", "-c", script], env=env, capture_output=True, text=True, timeout=300
         )

@@ -64,7 +64,11 @@ def launchers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("bin")
     for tool in ("torchrun", "mpirun"):
         p = d / tool
-        p.write_text('#!/bin/sh\nif [ "$1" = bash ]; then exec "$@"; fi\nexec python3 "$@"\n')
+        p.write_text(
+            "#!/bin/sh\n"  # mpirun's own options first (--hostfile FILE, -x NAME)
+            'while [ "${1#-}" != "$1" ]; do case "$1" in --hostfile|-x) shift 2;; *) shift;; esac; done\n'
+            'if [ "$1" = bash ]; then exec "$@"; fi\nexec python3 "$@"\n'
+        )
         p.chmod(0o755)
     return d
 

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from .base import JobShape, Payload, Policy, ProcessSpec
+from .base import (
+    JobShape,
+    Payload,
+    Policy,
+    ProcessSpec,
+    Procs,
+    auto_procs,
+)
 from .jax import JaxPolicy
 from .mpi import MPIPolicy
 from .plain import PlainPolicy
+from .resources import auto_procs_per_node, cpus_per_node, gpus_per_node
 from .torch import TorchPolicy
 from .xgboost import XGBoostPolicy
 
@@ -36,6 +44,11 @@ __all__ = [
     "Payload",
     "Policy",
     "ProcessSpec",
+    "Procs",
+    "auto_procs",
+    "auto_procs_per_node",
+    "cpus_per_node",
     "get_policy",
+    "gpus_per_node",
     "reserved_env",
 ]

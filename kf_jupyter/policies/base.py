@@ -9,26 +9,80 @@ Mirrors the Trainer's EnforceMLPolicy plugins (see docs/architecture.md). A poli
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .. import own_setup, program
 from ..constants import DEFAULT_MASTER_PORT
+from .resources import auto_procs_per_node, cpus_per_node, gpus_per_node
+
+
+@dataclass(frozen=True)
+class Procs:
+    """Processes per node: how many, what the Trainer writes for it, and why, in words."""
+
+    count: int
+    #: The value the Trainer injects (torch: "auto" when GPUs are requested; torchrun then
+    #: starts one per visible GPU).
+    env: str
+    reason: str
+
+
+def auto_procs(resources: Mapping[str, Any] | None) -> Procs:
+    """`numProcPerNode: auto` with the reason in words (resources.auto_procs_per_node, the one
+    rule both backends follow). A local run starts exactly this many, never one per local CPU."""
+    count = auto_procs_per_node(resources)
+    gpus = gpus_per_node(resources)
+    if gpus:
+        return Procs(count, "auto", f"numProcPerNode auto: one per GPU ({gpus} GPUs per node)")
+    if cpus_per_node(resources):
+        why = f"numProcPerNode auto: no GPU, so max(1, CPU request rounded up) = {count}"
+    else:
+        why = "numProcPerNode auto: no GPU and no CPU request, so 1"
+    return Procs(count, str(count), why)
 
 
 @dataclass(frozen=True)
 class JobShape:
-    """The numbers a policy needs: name, nodes, processes per node, GPUs per node."""
+    """The numbers a policy needs: name, nodes, processes per node, GPUs per node.
+
+    `num_nodes` is the TrainJob's (the trainer's) node count; `num_proc_per_node` the processes
+    each trainer pod runs (MPI: slots per host) as the Trainer derives them; `hosts` the pods in
+    the job's world (MPI with `runLauncherAsNode`: max(num_nodes - 1, 1) node pods plus the
+    launcher); `nproc_env` what the Trainer writes for the processes per node ("auto" for torch
+    with GPUs); `procs_reason` says why, in words (the dry run shows it).
+    """
 
     name: str
     num_nodes: int
     num_proc_per_node: int | None = None
     gpus_per_node: int = 0
+    nproc_env: str | None = None
+    procs_reason: str = ""
+    launcher_as_node: bool = False
+    #: MPI: the launcher's line comes before the nodes' in the hostfile (runtime job order).
+    launcher_first: bool = False
 
     @property
     def procs(self) -> int:
         """Processes per node (1 when unset)."""
         return self.num_proc_per_node or 1
+
+    @property
+    def node_pods(self) -> int:
+        """Pods of the `node` replicated job (MPI with the launcher as a node: one fewer)."""
+        return max(self.num_nodes - 1, 1) if self.launcher_as_node else self.num_nodes
+
+    @property
+    def hosts(self) -> int:
+        """Pods that run ranks: the node pods, plus the launcher when it is a node."""
+        return self.node_pods + (1 if self.launcher_as_node else 0)
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the job's world (MPI: hostfile slots; torch: nodes x procs)."""
+        return self.hosts * self.procs
 
 
 @dataclass(frozen=True)
@@ -65,6 +119,13 @@ class Policy:
     #: Environment names the Trainer sets for this policy; user env may not use them.
     reserved_env: ClassVar[frozenset[str]] = frozenset()
 
+    def procs_per_node(
+        self, explicit: int | None, runtime_nproc: int | None, resources: Mapping[str, Any] | None
+    ) -> Procs:
+        """Processes per node as the Trainer derives them for this policy: one per node here
+        (plainml and jax run one process per pod; jax.go:73-80)."""
+        return Procs(1, "1", f"one process per node (the {self.name} policy)")
+
     def launcher(self, trainer: object) -> list[str]:
         """The shell words that start the runner (python3, torchrun ..., ...)."""
         return ["exec", "python3"]
@@ -83,16 +144,21 @@ class Policy:
             payload.func_name, self.setup_step(trainer, payload), payload.argv0, payload.argv
         )
 
-    def script(self, trainer: object, payload: Payload) -> str:
-        """The bash script of `spec.trainer.command` (`bash -c SCRIPT`)."""
+    def script(self, trainer: object, payload: Payload, shape: JobShape | None = None) -> str:
+        """The bash script of `spec.trainer.command` (`bash -c SCRIPT`) for a job of `shape`."""
         body = (
             "set -e\n"
-            + program.pip_prelude(payload.packages, payload.index_urls)
+            + program.workdir()
             + program.materialise(payload.source, payload.args_json, payload.runner)
-            + " ".join([*self.launcher(trainer), *self.invocation(trainer, payload)])
+            + program.pip_prelude(payload.packages, payload.index_urls)
+            + " ".join([*self.launch_words(trainer, shape), *self.invocation(trainer, payload)])
             + "\n"
         )
         return program.check_size(body)
+
+    def launch_words(self, trainer: object, shape: JobShape | None) -> list[str]:
+        """`launcher()` for a job of `shape` (a policy may need the shape to start its ranks)."""
+        return self.launcher(trainer)
 
     def node_env(self, shape: JobShape, index: int, master: str, port: int) -> dict[str, str]:
         """What the Trainer injects into node `index` (master host and port as given)."""

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from .. import program
-from .base import JobShape, Payload, Policy, ProcessSpec
+from .base import JobShape, Payload, Policy, ProcessSpec, Procs
+from .resources import gpus_per_node
 
 
 class MPIPolicy(Policy):
     """Launcher env as the Trainer's MPI plugin sets it; each rank writes its own copy of the
-    payload (ranks on other nodes do not share the launcher's disk)."""
+    payload (ranks on other nodes do not share the launcher's disk).
+
+    The world (mpi.go:116-139, 316-345): the hostfile lists every `node` pod and, with
+    `runLauncherAsNode` (the default deepspeed and mlx runtimes), the launcher too, whose
+    `node` pods are then max(numNodes - 1, 1); each host has numProcPerNode slots (the job's,
+    else the runtime's, else one per GPU when the runtime says 1 and a node has several GPUs).
+    Rank 0 is the first hostfile line: a `node` pod on the default runtimes.
+    """
 
     name = "mpi"
     reserved_env = frozenset(
@@ -23,17 +32,28 @@ class MPIPolicy(Policy):
         }
     )
     HOSTFILE = "/etc/mpi/hostfile"
+    #: Where the local backend's hostfile is (the command names the hostfile explicitly).
+    HOSTFILE_ENV = "KF_JUPYTER_MPI_HOSTFILE"
 
-    def script(self, trainer: Any, payload: Payload) -> str:
+    def procs_per_node(
+        self, explicit: int | None, runtime_nproc: int | None, resources: Mapping[str, Any] | None
+    ) -> Procs:
+        """Slots per host: the job's numProcPerNode, else the runtime's (default 1), which
+        becomes the GPU count when it is 1 and a node has more than one GPU (mpi.go:128-139)."""
+        if explicit:
+            return Procs(explicit, str(explicit), f"{explicit} slots per host (set by the job)")
+        nproc = runtime_nproc or 1
+        gpus = gpus_per_node(resources)
+        if nproc == 1 and gpus > 1:
+            return Procs(gpus, str(gpus), f"one slot per GPU ({gpus} GPUs per node)")
+        return Procs(nproc, str(nproc), f"{nproc} slots per host (the runtime's numProcPerNode)")
+
+    def script(self, trainer: Any, payload: Payload, shape: JobShape | None = None) -> str:
         inner = (
             "set -e\n"
+            + program.workdir(subdir="/rank-${OMPI_COMM_WORLD_RANK:-0}")
+            + program.materialise(payload.source, payload.args_json, payload.runner)
             + program.pip_prelude(payload.packages, payload.index_urls)
-            + program.materialise(
-                payload.source,
-                payload.args_json,
-                payload.runner,
-                subdir="/rank-${OMPI_COMM_WORLD_RANK:-0}",
-            )
             + " ".join(["exec", "python3", *self.invocation(trainer, payload)])
             + "\n"
         )
@@ -41,7 +61,17 @@ class MPIPolicy(Policy):
         # by name): their credentials must never be in mpirun's argv.
         urls = payload.index_urls if payload.packages else ()
         forward = "".join(f"-x {n} " for n in program.index_env(urls))
-        return program.check_size(f"set -e\nexec mpirun {forward}bash -c {program.quote(inner)}\n")
+        # The hostfile is named on the command line, which OpenMPI 4 and 5 both read (OpenMPI 5,
+        # the deepspeed image's, ignores OMPI_MCA_orte_default_hostfile). mpirun runs under the
+        # runner's relay, which posts rank 0's reports (entrypoint._kfj_mpi_relay).
+        hostfile = f'"${{{self.HOSTFILE_ENV}:-{self.HOSTFILE}}}"'
+        return program.check_size(
+            "set -e\n"
+            + program.workdir(subdir="/launcher")
+            + program.materialise(None, "", payload.runner)
+            + f'exec python3 "$kfj_dir/kf_entry.py" --mpi-relay mpirun --hostfile {hostfile} '
+            + f"{forward}bash -c {program.quote(inner)}\n"
+        )
 
     def launcher_env(self, slots: int, hostfile: str) -> dict[str, str]:
         """The launcher's environment (the Trainer's MPI plugin)."""
@@ -52,25 +82,32 @@ class MPIPolicy(Policy):
             "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
         }
 
+    def cluster_hosts(self, shape: JobShape) -> list[str]:
+        """The hostfile's hosts in order: the `node` pods and, as a node, the launcher (placed
+        where the runtime lists its replicated job)."""
+        nodes = [f"{shape.name}-node-0-{i}.{shape.name}" for i in range(shape.node_pods)]
+        if not shape.launcher_as_node:
+            return nodes
+        launcher = [f"{shape.name}-launcher-0-0.{shape.name}"]
+        return launcher + nodes if shape.launcher_first else nodes + launcher
+
     def cluster_hostfile(self, shape: JobShape) -> str:
-        """`/etc/mpi/hostfile` on the cluster: one line per node."""
-        return "".join(
-            f"{shape.name}-node-0-{i}.{shape.name} slots={shape.procs}\n"
-            for i in range(shape.num_nodes)
-        )
+        """`/etc/mpi/hostfile` on the cluster: one line per host."""
+        return "".join(f"{h} slots={shape.procs}\n" for h in self.cluster_hosts(shape))
 
     def cluster_env(self, shape: JobShape, index: int) -> dict[str, str]:
         return self.launcher_env(shape.procs, self.HOSTFILE)
 
     def local_processes(self, shape: JobShape, port: int, job_dir: str) -> list[ProcessSpec]:
-        """One launcher; a hostfile with one line for all local slots (OpenMPI refuses the same
-        host twice), binding off (more ranks than cores is normal on a laptop), and the
+        """One launcher; a hostfile with one line for all the cluster's slots (OpenMPI refuses
+        the same host twice), binding off (more ranks than cores is normal on a laptop), and the
         run-as-root switches when running as root."""
-        total = shape.num_nodes * shape.procs
+        total = shape.world_size
         hostfile = os.path.join(job_dir, "hostfile")
-        env = self.launcher_env(total, hostfile)
+        env = self.launcher_env(shape.procs, hostfile)
         env.update(
             {
+                self.HOSTFILE_ENV: hostfile,
                 "OMPI_MCA_hwloc_base_binding_policy": "none",
                 "OMPI_MCA_rmaps_base_oversubscribe": "1",
                 "OMPI_MCA_btl_vader_single_copy_mechanism": "none",

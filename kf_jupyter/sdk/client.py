@@ -310,10 +310,8 @@ def _local_sources(step: str, policy: str, job: KFTrainJob) -> Callable[[str], b
         # mpirun on the launcher (the SDK's node-0) prints every rank; the other nodes only
         # run sshd on a cluster.
         return (lambda source: True) if index == 0 else (lambda source: False)
-    nproc = 1
-    if policy == "torch":
-        # torchrun's `auto` on a machine without GPUs starts one process per CPU
-        nproc = job.num_proc_per_node or os.cpu_count() or 1
+    # processes per node as the job's shape gives them (torch, or XGBoost workers per GPU)
+    nproc = job.num_proc_per_node or 1
 
     def wanted(source: str) -> bool:
         if source == f"node-{index}":

@@ -5,7 +5,8 @@ Written from ``../shared/docs/kubeflow-facts.md`` only; it never imports kf_jupy
 job is to check what kf_jupyter builds. For every new TrainJob (all namespaces) it resolves the
 runtime, creates one Pod per node index (``<job>-node-0-<i>``, JobSet labels, ``nodeName`` =
 ``standin-node``) with the env the Trainer's EnforceMLPolicy plugins inject (torch ``PET_*``,
-jax ``JAX_*``, xgboost ``DMLC_*``, MPI: a ``launcher`` pod with a hostfile and ``OMPI_MCA_*``),
+jax ``JAX_*``, xgboost ``DMLC_*``, MPI: a ``launcher`` pod with a hostfile and ``OMPI_MCA_*``, whose
+ranks get their own pod's env: ``mpirun_standin.py``),
 runs each pod's command as a local subprocess, reports pod phases and the TrainJob status
 (``Complete``/``AllJobsCompleted`` or ``Failed``/``FailedJobs``, ``jobsStatus``), and serves
 ``/containerLogs/NS/POD/CONTAINER`` (``follow``, ``tailLines``) over HTTPS as a kubelet would, so
@@ -85,6 +86,7 @@ from typing import Any, TypeVar
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from tests.k8s_cluster import mpirun_standin
 from tests.k8s_cluster.apiserver import free_port
 from tests.k8s_cluster.trainer_model import build_jobset
 
@@ -543,9 +545,14 @@ class StandIn:
         if mpi is not None:
             slots = int(trainer.get("numProcPerNode") or mpi.get("numProcPerNode") or 1)
             as_node = bool(mpi.get("runLauncherAsNode"))
-            hosts = [f"{name}-launcher-0-0.{name}"] if as_node else []
-            workers = num_nodes - 1 if as_node else num_nodes
-            hosts += [f"{name}-node-0-{i}.{name}" for i in range(workers)]
+            # mpi.go:116-126 and 316-345: max(numNodes-1, 1) node pods with the launcher as a
+            # node; the hostfile lists the pods in the runtime's replicated-job order.
+            workers = max(num_nodes - 1, 1) if as_node else num_nodes
+            by_job = {
+                "node": [f"{name}-node-0-{i}.{name}" for i in range(workers)],
+                "launcher": [f"{name}-launcher-0-0.{name}"] if as_node else [],
+            }
+            hosts = [h for rj in rjobs if rj in by_job for h in by_job[rj]]
             hostfile.parent.mkdir(parents=True)
             hostfile.write_text(f"localhost slots={slots * len(hosts)}\n")
             (hostfile.parent / "hostfile.k8s").write_text(
@@ -999,6 +1006,10 @@ class StandIn:
             penv["KF_JUPYTER_TERMINATION_LOG"] = str(pod.cwd / "termination-log")
             if os.geteuid() == 0 and pod.rjob == "launcher":
                 penv.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            if pod.rjob == "launcher":  # ranks get their own pod's env (mpirun_standin.py)
+                shim = str(self.workdir / "mpirun-standin")
+                penv.update(mpirun_standin.install(shim))
+                penv["PATH"] = f"{shim}:{penv['PATH']}"
             with pod.log_path.open("ab") as out:
                 try:
                     pod.proc = subprocess.Popen(

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ...build import build_trainjob, fit_runtime_patches
+from ...build import build_trainjob, describe_processes, fit_runtime_patches, job_shape
 from ...config import RuntimeConfig, mask_object, mask_secrets
 from ...constants import (
     FRAMEWORK_ANNOTATION,
@@ -77,14 +77,18 @@ class JobsMixin(RuntimesMixin):
         runtime_config: RuntimeConfig | None = None,
         options: Iterable[Any] | None = None,
     ) -> dict[str, Any]:
-        """The TrainJob `train` would create (runtime resolved on the cluster), creating nothing."""
-        job = self._build(trainer, runtime, runtime_config, options)
+        """The TrainJob `train` would create (runtime resolved on the cluster), creating nothing,
+        and how many processes each node runs, and why."""
+        rt = resolve_runtime_arg(self, trainer, runtime)
+        job = build_trainjob(trainer, rt, runtime_config, options, backend=self)
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         fit_runtime_patches(job)
+        shape = job_shape(trainer, rt, job["metadata"]["name"])
         # A preview is printed and shown: credentials in index URLs are masked (train() sends
         # the real ones).
         return mask_object(
             {"backend": self.name, "namespace": self.namespace, "trainjob": job}
+            | {"world": describe_processes(shape, trainer.policy)}
             | (carrier.preview() if carrier else {})
         )
 

@@ -585,6 +585,7 @@ class LocalBackend:
                 "policy": plan.policy,
                 "num_nodes": plan.shape.num_nodes,
                 "num_proc_per_node": plan.shape.num_proc_per_node,
+                "world_size": plan.shape.world_size,
                 "gpus_per_node": plan.shape.gpus_per_node,
                 "trainer": type(trainer).__name__,
                 "python": python,
@@ -839,7 +840,10 @@ class LocalBackend:
     ) -> Iterator[str]:
         """Log lines; tagged `[source] ` when the job has more than one source."""
         st = self._status(name)
-        ranks = int(st.get("num_nodes") or 1) * int(st.get("num_proc_per_node") or 1)
+        ranks = int(
+            st.get("world_size")
+            or int(st.get("num_nodes") or 1) * int(st.get("num_proc_per_node") or 1)
+        )
         processes = len(st.get("processes") or {}) or int(st.get("num_nodes") or 1)
         # Decided by the job's shape, not by which files exist yet, so it never changes mid-stream.
         multi = step is None and (ranks > 1 or processes > 1)

@@ -49,6 +49,13 @@ BUILTIN: tuple[tuple[str, str, str, int, int | None, tuple[str, ...]], ...] = (
     ("torchtune-qwen2.5-1.5b", "torchtune", "torch", 1, None, _INITIALIZER_JOBS),
 )
 
+#: The `node` container's resources in the default manifests (torchtune asks for 2 GPUs).
+_BUILTIN_RESOURCES: dict[str, dict[str, dict[str, Any]]] = {
+    name: {"requests": {}, "limits": {"nvidia.com/gpu": 2}}
+    for name, framework, *_ in BUILTIN
+    if framework == "torchtune"
+}
+
 #: The old local names and the runtime each now means.
 ALIASES: dict[str, str] = {
     "local-torch": "torch-distributed",
@@ -113,6 +120,9 @@ def _local_copy(rt: Runtime, extra_jobs: tuple[str, ...]) -> Runtime:
         labels=dict(rt.labels),
         annotations=annotations,
         trainer_job=rt.trainer_job,
+        node_resources=dict(rt.node_resources),
+        run_launcher_as_node=rt.run_launcher_as_node,
+        launcher_first=rt.launcher_first,
     )
 
 
@@ -144,6 +154,9 @@ def builtin() -> tuple[Runtime, ...]:
             num_proc_per_node=nproc,
             labels={FRAMEWORK_LABEL: framework},
             trainer_job="launcher" if policy == "mpi" else "node",
+            # the default MPI runtimes list node, then launcher, and run the launcher as a node
+            run_launcher_as_node=policy == "mpi",
+            node_resources=_BUILTIN_RESOURCES.get(name, {}),
         )
         out.append(_local_copy(rt, extra))
     return tuple(out)

@@ -1,0 +1,48 @@
+"""Issue 19 item 5 on the harness: an MPI job's progress reaches `status.trainerStatus`.
+
+As the Trainer v2.3 lays it out, the status variables and token reach the launcher pod only,
+while rank 0 runs on the first hostfile host, `node-0` (the stand-in's mpirun gives each rank its
+own pod's environment: tests/k8s_cluster/mpirun_standin.py). Before the launcher relayed rank
+0's reports, nothing was ever posted for an MPI job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kf_jupyter import MPITrainer
+from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
+from kf_jupyter.types import COMPLETE
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def backend(k8s_admin_kubeconfig: str, k8s_namespace: str, k8s_standin: Any) -> Any:
+    from kf_jupyter.backends.kubernetes.backend import KubernetesBackend
+
+    cfg = KubernetesBackendConfig(namespace=k8s_namespace, config_file=k8s_admin_kubeconfig)
+    return KubernetesBackend(cfg)
+
+
+def mpi_report() -> dict:
+    import os
+
+    import kf_jupyter
+
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    kf_jupyter.report(step=rank + 1, progress=0.5 if rank == 0 else 0.9, loss=0.25 + rank)
+    return {"has_url": "KUBEFLOW_TRAINER_SERVER_URL" in os.environ}
+
+
+def test_mpi_rank_zero_progress_reaches_trainer_status(backend: Any) -> None:
+    name = backend.train(MPITrainer(func=mpi_report, num_nodes=2))
+    job = backend.wait_for_job_status(name, timeout=240)
+    assert job.status == COMPLETE
+    assert backend.get_job_result(name) == {"has_url": False}  # rank 0 is on node-0
+    ts = job.trainer_status
+    assert ts is not None  # before: never posted
+    assert ts.progress_percentage == 50  # rank 0's, not rank 1's 90
+    assert ts.metrics == {"loss": "0.25", "step": "1"}
