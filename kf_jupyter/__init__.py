@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from .backends.kubernetes.config import KubernetesBackendConfig
     from .backends.local.config import LocalBackendConfig
     from .client import TrainerClient
+    from .tier2 import ConfigTrainer
+    from .transformers_trainer import TransformersTrainer
     from .widgets.forms import PodOverridesForm, RuntimeConfigForm
     from .widgets.monitor import JobMonitor
 
@@ -51,6 +53,8 @@ _LAZY = {
     "LocalBackendConfig": ("kf_jupyter.backends.local.config", "LocalBackendConfig"),
     "KubernetesBackendConfig": ("kf_jupyter.backends.kubernetes.config", "KubernetesBackendConfig"),
     "JobMonitor": ("kf_jupyter.widgets.monitor", "JobMonitor"),
+    "ConfigTrainer": ("kf_jupyter.tier2", "ConfigTrainer"),
+    "TransformersTrainer": ("kf_jupyter.transformers_trainer", "TransformersTrainer"),
     "RuntimeConfigForm": ("kf_jupyter.widgets.forms", "RuntimeConfigForm"),
     "PodOverridesForm": ("kf_jupyter.widgets.forms", "PodOverridesForm"),
 }
@@ -83,6 +87,7 @@ __all__ = [
     "BackendError",
     "BaseTrainer",
     "ClusterUnreachableError",
+    "ConfigTrainer",
     "Event",
     "ForbiddenError",
     "JAXTrainer",
@@ -112,6 +117,7 @@ __all__ = [
     "TrainerClient",
     "TrainerNotInstalledError",
     "TrainerStatus",
+    "TransformersTrainer",
     "ValidationError",
     "WaitTimeoutError",
     "Workspace",

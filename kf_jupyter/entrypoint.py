@@ -386,7 +386,8 @@ def _kfj_unpack_workspace(archive):
 
 
 def _kfj_enter_workspace():
-    """Start in the job's copy of the notebook's folder, with it first on sys.path."""
+    """Put the job's copy of the notebook's folder first on sys.path and start in it (or, locally,
+    in the notebook's folder itself: `KF_JUPYTER_RUN_DIR`)."""
     ws = os.environ.get("KF_JUPYTER_WORKSPACE")
     if not ws:
         archive = os.environ.get("KF_JUPYTER_WORKSPACE_ARCHIVE") or _KFJ_ARCHIVE
@@ -402,7 +403,10 @@ def _kfj_enter_workspace():
             )
             raise
         os.environ["KF_JUPYTER_WORKSPACE"] = ws
-    os.chdir(ws)
+    # Locally the ranks run in the notebook's folder itself (what they write lands there); the
+    # submit-time copy still comes first for imports.
+    run_dir = os.environ.get("KF_JUPYTER_RUN_DIR")
+    os.chdir(run_dir if run_dir and os.path.isdir(run_dir) else ws)
     sys.path.insert(0, ws)
 
 

@@ -73,17 +73,44 @@ def eta_text(seconds: int | None) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
 
 
-def progress_text(status: TrainerStatus | None) -> str:
-    """`45% · ETA 3m 05s`: the progress of a job in a few characters ('' when none)."""
+def progress_label(percent: int | None, eta_seconds: int | None, job_status: str | None) -> str:
+    """`45% · ETA 3m 05s`, the one way every view writes a job's progress ('' when none).
+
+    The ETA shows only while the job runs and has work left: never on a suspended or ended
+    job, never `100% · ETA 0s`.
+    """
+    parts = []
+    if percent is not None:
+        parts.append(f"{percent}%")
+    running = job_status in (None, "Running")
+    if running and (percent is None or percent < 100) and eta_seconds:
+        eta = eta_text(eta_seconds)
+        if eta:
+            parts.append(f"ETA {eta}")
+    return " · ".join(parts)
+
+
+def shape_text(num_nodes: int | None, num_proc_per_node: Any) -> str:
+    """`1 node × 2 processes`: a job's shape, written the same way in every view ('-' unknown)."""
+    if num_nodes is None:
+        return "-"
+    text = f"{num_nodes} node{'s' if num_nodes != 1 else ''}"
+    if isinstance(num_proc_per_node, int) and not isinstance(num_proc_per_node, bool):
+        n = num_proc_per_node
+        text += f" × {n} process{'es' if n != 1 else ''}"
+    elif isinstance(num_proc_per_node, str) and num_proc_per_node.isdigit():
+        n = int(num_proc_per_node)
+        text += f" × {n} process{'es' if n != 1 else ''}"
+    return text
+
+
+def progress_text(status: TrainerStatus | None, job_status: str | None = None) -> str:
+    """A job's recorded progress (`status.trainerStatus`) as `progress_label` writes it."""
     if status is None:
         return ""
-    parts = []
-    if status.progress_percentage is not None:
-        parts.append(f"{status.progress_percentage}%")
-    eta = eta_text(status.estimated_remaining_seconds)
-    if eta:
-        parts.append(f"ETA {eta}")
-    return " · ".join(parts)
+    return progress_label(
+        status.progress_percentage, status.estimated_remaining_seconds, job_status
+    )
 
 
 def numeric_metrics(status: TrainerStatus | None) -> dict[str, float]:

@@ -34,6 +34,9 @@ CONFIGMAP_MAX_BYTES = 1_048_576
 MAX_FILES = 20_000
 #: The variables the runner reads: the unpacked folder (local) or the archive (cluster).
 ENV_DIR = "KF_JUPYTER_WORKSPACE"
+#: Locally: the folder the ranks run in (the notebook's own, where their outputs land); the
+#: snapshot in ENV_DIR still leads sys.path. Unset on a cluster: the ranks start in the snapshot.
+ENV_RUN_DIR = "KF_JUPYTER_RUN_DIR"
 ENV_ARCHIVE = "KF_JUPYTER_WORKSPACE_ARCHIVE"
 #: Where the archive is mounted in the trainer container on a cluster, and its key.
 ARCHIVE_KEY = "workspace.tar.gz"
@@ -369,6 +372,21 @@ class Snapshot:
             f"credentials and are not shipped: {shown}{more}; a dry run lists every skipped "
             "file and why (pass credentials as secrets, not files)."
         )
+
+
+def local_outputs(folder: str) -> str:
+    """Where a local job's outputs go, as dry runs say it."""
+    return (
+        f"{folder}: the ranks run in this folder (imports come from the submit-time copy), so "
+        "files they write to their working directory appear here as they are written"
+    )
+
+
+#: Where a cluster job's outputs go, as dry runs say it.
+CLUSTER_OUTPUTS = (
+    "the pod's copy of the folder: files the ranks write there go with the pod; write to a "
+    "volume (RuntimePatch) or object storage to keep them"
+)
 
 
 def _too_big(root: str, files: list[SnapshotFile], total: int, limit: int, partial: bool) -> str:

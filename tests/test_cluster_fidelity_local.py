@@ -332,6 +332,7 @@ def test_runner_and_install_work_as_non_root_with_read_only_home_tmp_and_cwd(ind
     script = job["spec"]["trainer"]["command"][2]
     ro = Path(tempfile.mkdtemp(prefix="kfj-ro-", dir="/tmp"))  # root's: nobody cannot write it
     ro.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    shm_before = set(Path("/dev/shm").glob("kf-jupyter.*"))
     try:
         env = {
             "PATH": f"{Path(str(python)).parent}:/usr/bin:/bin",
@@ -351,6 +352,9 @@ def test_runner_and_install_work_as_non_root_with_read_only_home_tmp_and_cwd(ind
         )
     finally:
         shutil.rmtree(ro, ignore_errors=True)
+        # the work directory the command made in /dev/shm (the only writable place left)
+        for made in set(Path("/dev/shm").glob("kf-jupyter.*")) - shm_before:
+            shutil.rmtree(made, ignore_errors=True)
     # before: "mktemp: failed to create directory via template" and exit 1
     assert proc.returncode == 0, proc.stderr
     assert "hi 42 65534" in proc.stdout, proc.stdout

@@ -24,8 +24,24 @@ from kf_jupyter.widgets.tables import JobsTable
 
 TAGS = {"pre", "span", "b", "code", "small", "div", "svg", "rect", "text", "polyline", "table",
         "thead", "tbody", "tr", "th", "td", "ul", "li"}  # fmt: skip
-ATTRS = {"style", "class", "xmlns", "width", "height", "data-metric", "x", "y", "font-size",
-         "fill", "stroke", "stroke-width", "points"}  # fmt: skip
+ATTRS = {
+    "style",
+    "class",
+    "xmlns",
+    "width",
+    "height",
+    "data-metric",
+    "x",
+    "y",
+    "font-size",
+    "fill",
+    "stroke",
+    "stroke-width",
+    "points",
+    "tabindex",
+    "role",
+    "aria-label",
+}  # fmt: skip  (the log box's fixed accessibility attrs)
 PAYLOADS = [
     "<img src=x onerror=alert(1)>",
     '"><script>alert(1)</script>',

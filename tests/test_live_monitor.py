@@ -87,7 +87,7 @@ def test_colours_depend_on_the_rank_not_on_arrival_order():
     assert a.render_log_html() != b.render_log_html()  # order differs
     for st in (a, b):
         html = st.render_log_html()
-        assert f"<span style='color:{PALETTE[1]}'>[rank-1]</span>" in html
+        assert f"<span class='kf-src-1' style='color:{PALETTE[1]}'>[rank-1]</span>" in html
 
 
 def test_live_bundle_carries_the_job_the_widget_and_a_fallback():

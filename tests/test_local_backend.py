@@ -134,8 +134,9 @@ def test_env_order_and_cwd(client, tmp_path, monkeypatch):
         "JAX_PROCESS_ID": "0",
         "JAX_NUM_PROCESSES": "1",
         "KFJ_T_SECRET": "s3cr3t",
-        # ranks start in the job's snapshot of the kernel's working folder (the workspace)
-        "cwd": str(client.backend.jobs_dir / name / "workspace"),
+        # ranks run in the kernel's working folder itself (issue 23: outputs land there);
+        # the job's snapshot of it (the workspace) is for imports
+        "cwd": str(work),
     }
     assert os.getcwd() == str(work)
     # The secret's value is in none of the files the backend writes (only in what the job returned).

@@ -217,7 +217,7 @@ def test_local_torch_cell_streams_both_ranks_and_out_gives_result(shell, capsys)
     assert job.status == "Complete"
     assert job.result == {"lr": 0.5, "world": 2, "h": 1.0}
     _, out, _ = run(shell, capsys, "%kf_jobs")
-    assert job.name in out and "Complete" in out and "1x2" in out
+    assert job.name in out and "Complete" in out and "1 node × 2 processes" in out
     _, out, _ = run(shell, capsys, f"%kf_logs {job.name} --tail 2")
     assert out.strip()
     _, out, _ = run(shell, capsys, f"%kf_delete {job.name}")

@@ -29,8 +29,15 @@ NOTEBOOKS = [
     "06-kubernetes.ipynb",
     "07-metrics.ipynb",
     "08-progress.ipynb",
+    "09-transformers.ipynb",
 ]
-TRAIN_MAGICS = ("%%torchtrain", "%%mpitrain", "%%jaxtrain", "%%xgboosttrain")
+TRAIN_MAGICS = (
+    "%%torchtrain",
+    "%%mpitrain",
+    "%%jaxtrain",
+    "%%xgboosttrain",
+    "%%transformerstrain",
+)
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 

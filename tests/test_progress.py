@@ -326,13 +326,36 @@ def test_the_monitor_state_takes_progress_eta_and_metric_points_from_trainer_sta
     assert state.progress == 0.4 and state.eta_seconds == 60
     assert state.metrics == {"loss": [(2.0, 2.0), (4.0, 1.5)]}  # numbers only, over steps
     assert "data-metric='loss'" in state.chart_svg()
-    # report() markers win for what they carry (they are not throttled)
+    # the record's progress is the one number (the sidebar and panel show it too); report()
+    # markers still win for metric points (they are not throttled)
     state.add(
         "rank-0", '##kf-jupyter:report {"step": 5, "progress": 0.5, "metrics": {"loss": 1.0}}'
     )
+    assert state.progress == 0.4
     state.apply_trainer_status(_status(45, 50, 11, loss="1.2", current_step="5"))
-    assert state.progress == 0.5 and state.eta_seconds == 50
+    assert state.progress == 0.45 and state.eta_seconds == 50
     assert state.metrics["loss"][-1] == (5.0, 1.0)
+
+
+def test_a_job_without_a_recorded_progress_takes_the_log_markers() -> None:
+    from kf_jupyter.widgets.state import LogState
+
+    state = LogState()
+    state.add("rank-0", '##kf-jupyter:report {"step": 5, "progress": 0.5, "metrics": {}}')
+    assert state.progress == 0.5
+
+
+def test_progress_is_written_one_way_and_has_no_eta_when_not_running() -> None:
+    from kf_jupyter.progress import progress_label, progress_text
+
+    assert progress_label(45, 185, "Running") == "45% · ETA 3m 05s"
+    assert progress_label(100, 0, "Running") == "100%"  # never "100% · ETA 0s"
+    assert progress_label(100, 5, "Running") == "100%"
+    assert progress_label(45, 185, "Suspended") == "45%"
+    assert progress_label(45, 185, "Complete") == "45%"
+    assert progress_label(45, 185, "Failed") == "45%"
+    assert progress_text(_status(60, 30, 1), "Complete") == "60%"
+    assert progress_text(None, "Running") == ""
 
 
 def test_kf_jobs_rows_show_progress_and_eta() -> None:
@@ -365,3 +388,13 @@ def test_the_sdk_layer_posts_what_the_official_call_would(endpoint: Any, monkeyp
     ts = parse_trainer_status(stored(endpoint)["trainerStatus"])
     assert ts is not None and (ts.progress_percentage, ts.estimated_remaining_seconds) == (30, 9)
     assert ts.metrics == {"acc": "0.5", "phase": "warm-up"}
+
+
+def test_a_jobs_shape_is_written_in_words() -> None:
+    from kf_jupyter.progress import shape_text
+
+    assert shape_text(1, 2) == "1 node × 2 processes"
+    assert shape_text(2, 1) == "2 nodes × 1 process"
+    assert shape_text(2, "4") == "2 nodes × 4 processes"
+    assert shape_text(1, "auto") == "1 node"
+    assert shape_text(None, 2) == "-"

@@ -157,6 +157,7 @@ def test_every_route_rejects_unauthenticated_requests(
         "jobs/x/logs",
         "jobs/x/events",
         "jobs/x/cancel",
+        "stream",  # the update WebSocket (socket.py)
     }
     expected |= {"jobs/x/suspend", "jobs/x/resume"}
     paths = set()

@@ -308,10 +308,14 @@ def test_two_node_local_job_imports_the_notebooks_module(client, tmp_path, monke
     ws = str(client.backend.jobs_dir / name / "workspace")
     assert [o["rank"] for o in out] == ["0", "1"]
     for o in out:
-        assert o["rows"] == 3 and o["first"] == ["a", "1"]
-        assert o["cwd"] == ws and o["module_dir"] == ws and o["on_path"] == ws
-        assert o["ignored_present"] is False
+        # issue 23: the ranks run in the notebook's folder itself (what they write lands next
+        # to the notebook, and they read its files as they are now), while their imports
+        # still come from the submit-time copy
+        assert o["rows"] == 1 and o["first"] == ["changed", "9"]
+        assert o["cwd"] == str(nb) and o["module_dir"] == ws and o["on_path"] == ws
+        assert o["ignored_present"] is True
     assert not (Path(ws) / "outputs").exists() and not (Path(ws) / "myenv").exists()
+    assert (nb / "rank-0.json").exists() and (nb / "rank-1.json").exists()
 
 
 @pytest.mark.slow
@@ -381,7 +385,7 @@ def test_magic_in_real_shell_two_torch_nodes(tmp_path, monkeypatch, capsys):
         out = capsys.readouterr()
         text = out.out + out.err
         assert "rank 0 rows 3 total 6" in text and "rank 1 rows 3 total 6" in text, text
-        assert "/workspace" in text
+        assert f"in {nb}" in text  # the ranks run in the notebook's folder
         # dry run lists what ships
         sh.run_cell_magic("torchtrain", "-n 2 --dry-run", "print(1)")
         text = capsys.readouterr().out
@@ -390,6 +394,7 @@ def test_magic_in_real_shell_two_torch_nodes(tmp_path, monkeypatch, capsys):
             and "data.csv" in text
             and "outputs" not in text.split("skipped")[0]
         )
+        assert f"# outputs: {nb}: the ranks run in this folder" in text
         sh.run_cell_magic("torchtrain", "-n 2 --dry-run --no-workspace", "print(1)")
         assert "datautils.py" not in capsys.readouterr().out
     finally:

@@ -168,7 +168,7 @@ def _syntax_message(exc: SyntaxError, body: str) -> str:
 
 
 #: The cell magics whose body becomes a job (the size check runs before IPython parses them).
-TRAINING_MAGICS = ("torchtrain", "mpitrain", "jaxtrain", "xgboosttrain")
+TRAINING_MAGICS = ("torchtrain", "mpitrain", "jaxtrain", "xgboosttrain", "transformerstrain")
 
 
 def oversize_message(size: int) -> str:

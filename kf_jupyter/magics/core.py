@@ -229,7 +229,7 @@ def _workspace_preview(plan: dict[str, Any]) -> str:
     ws = plan["workspace"]
     lines = [
         f"# workspace: {ws['folder']} -> {ws['file_count']} files, {ws['size']} "
-        f"(limit {ws['limit']}); every rank starts in a copy of it",
+        f"(limit {ws['limit']}); every rank imports from a copy of it",
         *(f"#   {f}" for f in ws["files"]),
     ]
     if ws.get("skipped"):
@@ -238,6 +238,8 @@ def _workspace_preview(plan: dict[str, Any]) -> str:
         why = dict(w.split(": ", 1) for w in ws.get("skipped_why", []) if ": " in w)
         lines.append("# not shipped, they look like credentials:")
         lines.extend(f"#   {p} ({why.get(p, '')})" for p in ws["credentials"])
+    if ws.get("outputs"):
+        lines.append(f"# outputs: {ws['outputs']}")
     return "\n".join(lines) + "\n"
 
 
@@ -372,6 +374,17 @@ class KubeflowMagics(Magics):
         """
         return self._train_magic("xgboost", self.xgboosttrain, line, cell)
 
+    @_training_args("torch")
+    @line_cell_magic
+    def transformerstrain(self, line: str, cell: str | None = None) -> None:
+        """Fine-tune a Hugging Face Transformers model from the cell's YAML/JSON configuration.
+
+        The cell body is a TransformersTrainer configuration (model, dataset, training_args,
+        lora, ...; see docs/notebook.md); it runs on the torch runtime, torchrun on every node.
+        Line form: %transformerstrain config.yaml -n 2 (the configuration in a file).
+        """
+        return self._train_magic("transformers", self.transformerstrain, line, cell)
+
     def _train_magic(self, framework: str, magic: Any, line: str, cell: str | None) -> None:
         flags, script_args = split_script_args(line)
         args = _parse_args(magic, flags)
@@ -504,7 +517,37 @@ class KubeflowMagics(Magics):
             program["func"].__kf_argv0__ = CELL_ARGV0
         return program
 
+    def _config_trainer(self, args: Any, cell: str | None) -> BaseTrainer:
+        """%%transformerstrain: the cell (or the file named on the line) is the configuration."""
+        from ..transformers_trainer import TransformersTrainer, parse_config_text
+
+        if args.args or args.script_args:
+            raise ValidationError(
+                "%%transformerstrain takes its settings from the configuration in the cell; "
+                "--args and arguments after -- do not apply. Put the values in the YAML."
+            )
+        if cell is None:
+            try:
+                with open(args.script, encoding="utf-8") as fh:
+                    cell = fh.read()
+            except OSError as exc:
+                raise ValidationError(
+                    f"Cannot read the configuration file {args.script!r} ({exc.strerror})."
+                ) from None
+        kwargs: dict[str, Any] = {
+            "config": parse_config_text(cell),
+            "num_nodes": args.num_nodes or self.num_nodes,
+            "resources_per_node": _resources(args.resources),
+            "image": args.image or self.image,
+            "num_proc_per_node": args.num_proc_per_node or self.num_proc_per_node,
+        }
+        if args.max_restarts is not None:
+            kwargs["max_restarts"] = args.max_restarts
+        return TransformersTrainer(**kwargs)
+
     def _trainer(self, framework: str, args: Any, cell: str | None) -> BaseTrainer:
+        if framework == "transformers":
+            return self._config_trainer(args, cell)
         names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
         program = self._program(args, cell, names)
         func_args = self._func_args(names)

@@ -111,15 +111,14 @@ def job_cause(job: Any, width: int = 80) -> str:
 def job_rows(jobs: Sequence[Any]) -> list[list[str]]:
     """Rows of the jobs table (name, framework, backend, status, progress, nodes, age,
     warm/cold start, GPUs per node, cause)."""
-    from ..progress import progress_text
+    from ..progress import progress_text, shape_text
+    from ..widgets.static import status_label
 
     rows = []
     for j in sorted(jobs, key=lambda j: j.creation_time or datetime.min.replace(tzinfo=UTC)):
-        nodes = str(j.num_nodes)
-        if j.num_proc_per_node:
-            nodes += f"x{j.num_proc_per_node}"
-        progress = progress_text(getattr(j, "trainer_status", None)) or "-"
-        status = j.status
+        nodes = shape_text(j.num_nodes, j.num_proc_per_node)
+        progress = progress_text(getattr(j, "trainer_status", None), j.status) or "-"
+        status = status_label(j)  # Cancelled, not Failed, for a job the user stopped
         if j.status == "Created" and j.reason:  # why it waits: Queued, Unschedulable, ...
             status = f"{j.status} ({j.reason})"
         warm = getattr(j, "warm", None)

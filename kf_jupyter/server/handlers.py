@@ -538,13 +538,16 @@ class JobLogsHandler(KFHandler):
             stop.set()
 
 
-def route_table(base_url: str) -> list[tuple[str, type[KFHandler]]]:
+def route_table(base_url: str) -> list[tuple[str, type[Any]]]:
     """The (pattern, handler) pairs registered under `<base_url>kf-jupyter/api/`."""
+    from .socket import StreamSocket
+
     root = url_path_join(base_url, API_PREFIX)
     name = r"(?P<name>[^/]+)"
     return [
         (url_path_join(root, "backends") + "/?", BackendsHandler),
         (url_path_join(root, "runtimes") + "/?", RuntimesHandler),
+        (url_path_join(root, "stream") + "/?", StreamSocket),
         (url_path_join(root, "jobs") + "/?", JobsHandler),
         (url_path_join(root, "jobs", name) + "/?", JobHandler),
         (url_path_join(root, "jobs", name, "logs") + "/?", JobLogsHandler),

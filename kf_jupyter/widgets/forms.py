@@ -50,7 +50,7 @@ def _error_html(errors: list[str]) -> str:
     if not errors:
         return ""
     items = "".join(f"<li>{html.escape(e)}</li>" for e in errors)
-    return f"<ul class='kf-errors' style='color:#b02a37;margin:2px 0'>{items}</ul>"
+    return f"<ul class='kf-errors' style='color:var(--jp-error-color1,#b02a37);margin:2px 0'>{items}</ul>"
 
 
 class _Form:
@@ -94,10 +94,13 @@ class EnvRow:
         import ipywidgets as w
 
         self.name = w.Text(placeholder="NAME", layout=w.Layout(width="160px"))
+        # a description labels the select (axe: select-name)
         self.kind = w.Dropdown(
             options=[("value", "value"), ("from Secret", "secret")],
             value="value",
-            layout=w.Layout(width="120px"),
+            description="as",
+            style={"description_width": "initial"},
+            layout=w.Layout(width="150px"),
         )
         self.text = w.Text(placeholder="value (or secret-name/key)", layout=w.Layout(width="260px"))
         self.remove = w.Button(description="remove", layout=w.Layout(width="70px"))
@@ -478,7 +481,7 @@ class SessionConfigPanel:
             rc = self.config_form.value
             opts = self.pod_form.value
         except ValidationError:
-            self.status.value = "<span style='color:#b02a37'>Fix the fields above first.</span>"
+            self.status.value = "<span style='color:var(--jp-error-color1,#b02a37)'>Fix the fields above first.</span>"
             return False
         self.magics.runtime_config = rc
         self.magics.options = opts or None

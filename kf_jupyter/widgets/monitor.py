@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from ..progress import eta_text
+from ..progress import progress_label
 from ..types import COMPLETE, FAILED, RUNNING, TERMINAL, LogRecord, TrainJob
 from .state import LogState
 from .static import BADGE_COLOURS as _BADGE
@@ -146,8 +146,13 @@ class JobMonitor:
         self.waiting = ""  # why a Created/Suspended job is not running (reason: message)
 
         self.header = w.HTML(self._header_html())
+        # a description labels the select (axe: select-name), as the lab monitor's aria-label
         self.rank_filter = w.Dropdown(
-            options=[("all ranks", "")], value="", layout=w.Layout(width="140px")
+            options=[("all ranks", "")],
+            value="",
+            description="Show",
+            style={"description_width": "initial"},
+            layout=w.Layout(width="180px"),
         )
         self.cancel_button = w.Button(
             description="Cancel",
@@ -415,16 +420,20 @@ class JobMonitor:
             dirty = self.state.stats_dirty
             self.state.stats_dirty = False
             progress = self.state.progress
-            eta = eta_text(self.state.eta_seconds)
+            eta = self.state.eta_seconds
             chart = self.state.chart_svg() if dirty and self.state.metrics else None
         header = self._header_html()
         if header != self.header.value:
             self.header.value = header
             self._sync_suspend_button()
-        if dirty and progress is not None:
+        # the label follows the status too: no ETA once the job is suspended or has ended
+        label = (
+            progress_label(round(progress * 100), eta, self.status) if progress is not None else ""
+        )
+        if progress is not None and (dirty or label != self.progress.description):
             with self.progress.hold_sync():
                 self.progress.value = progress
-                self.progress.description = f"{progress:.0%}" + (f" · ETA {eta}" if eta else "")
+                self.progress.description = label
                 self.progress.layout.display = ""
         if chart is not None:
             self.chart.value = chart

@@ -17,10 +17,22 @@ from ..constants import REPORT_PREFIX, RESULT_PREFIX
 from ..logview import DumpFolder, collapse_cr, is_banner, is_update
 from ..report import parse_report
 
-#: Rank prefix colours (readable on light and dark themes). The lab extension has the same list
-#: and the same `source_colour_index` (labextension/src/palette.ts; a test keeps them equal), so a
-#: rank has one colour in the monitor, the static output and the lab panel.
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+#: Rank prefix colours, each at least 4.5:1 against a light theme's backgrounds (white, #eee).
+#: The lab extension has the same list and the same `source_colour_index`
+#: (labextension/src/palette.ts; a test keeps them equal), so a rank has one colour in the
+#: monitor, the static output and the lab panel; its stylesheet swaps in PALETTE_DARK (each at
+#: least 4.5:1 against #111 and #212121) under a dark theme, by the `kf-src-N` class.
+PALETTE = ("#1d6ea7", "#c92526", "#217821", "#824eb2", "#a74e00", "#0e727c", "#8c564b", "#b9268c")
+PALETTE_DARK = (
+    "#3d9cde",
+    "#e67374",
+    "#2fac2f",
+    "#ab87cb",
+    "#ff7f0e",
+    "#17becf",
+    "#bc8b81",
+    "#e377c2",
+)
 _ANSI = (34, 31, 32, 35, 33, 36, 90, 95)
 #: Lines of kf-jupyter's own protocol (reports, results, ...): they drive the monitor, never shown.
 PROTOCOL_PREFIX = "##kf-jupyter:"
@@ -59,8 +71,10 @@ def log_box_html(body: str, max_height: str | None = "24em") -> str:
         if max_height
         else ""
     )
+    # a scroll box is reachable from the keyboard (axe: scrollable-region-focusable)
+    focus = " tabindex='0' role='log' aria-label='Job log'" if max_height else ""
     return (
-        f"<div class='kf-log-box' style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
+        f"<div class='kf-log-box'{focus} style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
         "margin:0;font-family:monospace;font-size:12px;line-height:1.3;white-space:pre-wrap;"
         f"overflow-wrap:break-word;word-break:normal'>{body}</pre></div>"
     )
@@ -85,6 +99,7 @@ class LogState:
         self.eta_seconds: int | None = None
         self._marker_metrics: set[str] = set()
         self._marker_progress = False
+        self._record_progress = False  # the job's record (trainerStatus) gave a progress
         self._trainer_status_time: Any = None
         self.result_line: str | None = None
         self.last_error_source: str | None = None
@@ -196,7 +211,7 @@ class LogState:
 
     def _report(self, rec: dict[str, Any]) -> None:
         prog = rec.get("progress")
-        if isinstance(prog, int | float):
+        if isinstance(prog, int | float) and not self._record_progress:
             self.progress = min(1.0, max(0.0, float(prog)))
             self._marker_progress = True
         step = rec.get("step")
@@ -208,17 +223,20 @@ class LogState:
     def apply_trainer_status(self, status: Any) -> None:
         """Take a job's `trainer_status` (KEP-2779; posted by the SDK, Transformers, report()).
 
-        The ETA always comes from it; progress and metric points only where no log marker
-        gave them (markers are sent for every report, the status at most once per 5 s), one
-        point per new `last_updated_time`.
+        Progress and ETA come from it whenever it has them: the job's record is the one source
+        the sidebar, the job panel and `%kf_jobs` read too, so every view shows the same number
+        (issue 22); log markers give progress only to a job without a recorded one. Metric
+        points come from it only where no log marker gave them (markers are sent for every
+        report, the status at most once per 5 s), one point per new `last_updated_time`.
         """
         if status is None or status.last_updated_time == self._trainer_status_time:
             return
         self._trainer_status_time = status.last_updated_time
         from ..progress import numeric_metrics
 
-        if status.progress_percentage is not None and not self._marker_progress:
+        if status.progress_percentage is not None:
             self.progress = min(1.0, max(0.0, status.progress_percentage / 100))
+            self._record_progress = True
         self.eta_seconds = status.estimated_remaining_seconds
         metrics = numeric_metrics(status)
         step = metrics.pop("current_step", metrics.pop("step", None))
@@ -262,7 +280,11 @@ class LogState:
         for s, ln in rows:
             colour = source_colour(s)
             prefix = html.escape(f"[{s}]")  # a source is a log file's name: anything at all
-            parts.append(f"<span style='color:{colour}'>{prefix}</span> {html.escape(ln)}")
+            # the class lets a dark theme swap in PALETTE_DARK (the lab extension's stylesheet)
+            parts.append(
+                f"<span class='kf-src-{source_colour_index(s)}' style='color:{colour}'>{prefix}"
+                f"</span> {html.escape(ln)}"
+            )
         return log_box_html("\n".join(parts))
 
     def failure_tail(self, job: Any = None) -> tuple[str, list[str]]:
@@ -309,7 +331,9 @@ class LogState:
                     label,
                     f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
                     f"class='kf-chart' data-metric='{html.escape(name)}'>"
-                    f"<rect width='100%' height='100%' fill='none' stroke='#ccc'/>"
+                    # its own white ground: the chart may be an <img> (no theme colours reach
+                    # it), and #444 on white is 9.7:1 in a light and a dark theme alike
+                    f"<rect width='100%' height='100%' fill='#fff' stroke='#ccc'/>"
                     f"<text x='{pad}' y='12' font-size='11' fill='#444'>{html.escape(label)}</text>"
                     f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{pts}'/>"
                     "</svg>",

@@ -35,8 +35,8 @@ BADGE_COLOURS = {
     "Running": "#0d6efd",
     "Complete": "#198754",
     "Failed": "#dc3545",
-    "Cancelled": "#fd7e14",
-    "Suspended": "#b8860b",
+    "Cancelled": "#a84c00",
+    "Suspended": "#7d5a00",
     "Detached": "#6f42c1",
     "Deleted": "#6c757d",
 }

@@ -13,6 +13,7 @@ import {
   queryString
 } from './jobs';
 import { ILogRecord, parseLogEventData, SseParser } from './logparse';
+import { ISocket, StreamHub } from './stream';
 
 export const API_ROOT = 'kf-jupyter/api';
 
@@ -161,13 +162,36 @@ export async function getJobEvents(t: ITarget, name: string): Promise<IJobEvent[
   return r.events ?? [];
 }
 
-/** URL of the full, non-streamed log (text/plain), for an "open full log" link. */
+/**
+ * URL of the full, non-streamed log (text/plain), for an "open full log" link.
+ * It carries no token: the route is authenticated by the login cookie the
+ * server set when the page was opened, so the token never lands in the
+ * browser's history, a copied link or a Referer header (issue 20).
+ */
 export function fullLogUrl(t: ITarget, name: string): string {
   const settings = ServerConnection.makeSettings();
-  const url = apiUrl(settings, `jobs/${encodeURIComponent(name)}/logs`, queryString(targetParams(t)));
-  // A plain link cannot send the Authorization header: add the token when
-  // the page itself was opened with one (as JupyterLab does for downloads).
-  return settings.token ? `${url}${url.includes('?') ? '&' : '?'}token=${encodeURIComponent(settings.token)}` : url;
+  return apiUrl(settings, `jobs/${encodeURIComponent(name)}/logs`, queryString(targetParams(t)));
+}
+
+let sharedHub: StreamHub | null = null;
+
+/**
+ * The page's one update connection (kf-jupyter/api/stream, a WebSocket):
+ * every live monitor and job panel subscribes through it instead of holding
+ * an HTTP/1.1 stream each. Authenticated as JupyterLab's kernel sockets are.
+ */
+export function streamHub(): StreamHub {
+  if (!sharedHub) {
+    sharedHub = new StreamHub(() => {
+      const settings = ServerConnection.makeSettings();
+      let url = URLExt.join(settings.wsUrl, API_ROOT, 'stream');
+      if (settings.appendToken && settings.token) {
+        url += `?token=${encodeURIComponent(settings.token)}`;
+      }
+      return new settings.WebSocket(url) as unknown as ISocket;
+    });
+  }
+  return sharedHub;
 }
 
 export interface ILogStreamHandlers {

@@ -1,6 +1,8 @@
 /** A plain-SVG line chart per metric (no chart library). */
 import { h, s } from './dom';
+import { IJob } from './jobs';
 import { chartGeometry, formatMetric, MetricSeries } from './metrics';
+import { progressLabel, progressText } from './progress';
 
 const W = 320;
 const H = 120;
@@ -23,14 +25,38 @@ export class MetricsChart {
     this.node.append(this._progressRow, this._empty, this._grid);
   }
 
-  render(series: MetricSeries): void {
-    const p = series.progress;
-    if (p !== null) {
-      this._progressRow.hidden = false;
-      this._progress.value = p;
-      const step = series.lastStep;
-      this._progressLabel.textContent = `${Math.round(p * 100)}%${step !== null ? ` (step ${step})` : ''}`;
+  /**
+   * The job's record: its progress (trainer_status), when it has one, is the
+   * number shown, the one the sidebar and the job panel show too (issue 22);
+   * the log's report markers give it only to a job without a recorded one.
+   */
+  setJob(job: IJob): void {
+    this._job = job;
+    this._renderProgress();
+  }
+
+  private _renderProgress(): void {
+    const job = this._job;
+    const recorded = job?.trainer_status?.progress_percentage;
+    let value: number | null = null;
+    let label = '';
+    if (typeof recorded === 'number') {
+      value = Math.min(1, Math.max(0, recorded / 100));
+      label = progressText(job!.trainer_status, job!.status);
+    } else if (this._series?.progress !== null && this._series?.progress !== undefined) {
+      value = this._series.progress;
+      label = progressLabel(value * 100, null, job?.status);
     }
+    this._progressRow.hidden = value === null;
+    if (value !== null) {
+      this._progress.value = value;
+      this._progressLabel.textContent = label;
+    }
+  }
+
+  render(series: MetricSeries): void {
+    this._series = series;
+    this._renderProgress();
     const names = series.names();
     this._empty.hidden = names.length > 0;
     this._grid.textContent = '';
@@ -84,6 +110,8 @@ export class MetricsChart {
     }
   }
 
+  private _job: IJob | null = null;
+  private _series: MetricSeries | null = null;
   private _empty: HTMLDivElement;
   private _progress: HTMLProgressElement;
   private _progressLabel: HTMLSpanElement;

@@ -44,10 +44,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null,
     notebooks: INotebookTracker | null,
     restorer: ILayoutRestorer | null,
-    _labShell: ILabShell | null,
+    labShell: ILabShell | null,
     rendermime: IRenderMimeRegistry | null
   ) => {
     const { commands, shell } = app;
+    // Jupyter Notebook 7 has no ILabShell, and its shell keeps one widget in 'main' (the
+    // notebook): a job panel added there was silently dropped. There it opens in the right
+    // side panel, which Notebook 7 shows.
+    const jobArea = labShell ? 'main' : 'right';
+    const reveal = (id: string): void => {
+      const nb = shell as unknown as { expandRight?: (id?: string) => void };
+      if (!labShell && typeof nb.expandRight === 'function') {
+        nb.expandRight(id);
+      } else {
+        shell.activateById(id);
+      }
+    };
 
     // The live job monitor in cell outputs (works while the kernel is busy).
     if (rendermime) {
@@ -93,13 +105,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const id = jobWidgetId(target, name);
         const existing = jobs.find(w => w.id === id);
         if (existing) {
-          shell.activateById(existing.id);
+          reveal(existing.id);
           return existing;
         }
         const widget = createJobWidget(target, name);
         void jobs.add(widget);
-        shell.add(widget, 'main');
-        shell.activateById(widget.id);
+        shell.add(widget, jobArea, { rank: 900 });
+        reveal(widget.id);
         return widget;
       }
     });

@@ -7,20 +7,30 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import * as api from './api';
-import { Backoff } from './backoff';
 import { MetricsChart } from './chart';
 import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
-import { failureText, formatAge, formatDuration, formatNodes, IJob, IJobEvent, isFinished, statusKey } from './jobs';
+import {
+  displayStatus,
+  failureText,
+  formatAge,
+  formatDuration,
+  formatNodes,
+  formatTime,
+  IJob,
+  IJobEvent,
+  isFinished,
+  statusKey
+} from './jobs';
 import { LiveLines } from './livelines';
 import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { LogQueue } from './logqueue';
 import { IReport, MetricSeries, parseReport } from './metrics';
 import { progressText, TrainerStatusFeed } from './progress';
-import { Poller } from './poller';
 import { RingBuffer } from './ringbuffer';
-import { sourceColour } from './palette';
+import { sourceClass } from './palette';
 import { messageOf } from './sidebar';
+import { IJobSubscription, ISubscription } from './stream';
 
 /** At most this many log lines are kept in the DOM. */
 export const MAX_LOG_LINES = 2000;
@@ -58,14 +68,6 @@ export class JobPanel extends Widget {
     this._build();
     // Relative times ("3s ago") keep counting after the job ended and polling stopped.
     this._ageTimer = window.setInterval(() => this._updateAges(), AGE_REFRESH_MS);
-    this._statusPoller = new Poller(() => this._fetchStatus(), {
-      backoff: { interval: 3000, base: 2000, factor: 2, max: 60000, jitter: 0.1 },
-      onTick: error => {
-        if (error) {
-          this._showError(error);
-        }
-      }
-    });
   }
 
   get records(): ILogRecord[] {
@@ -76,18 +78,21 @@ export class JobPanel extends Widget {
     return this._metrics;
   }
 
+  /** Read the job now (the Refresh command). */
   refresh(): Promise<void> {
-    return this._statusPoller.refresh();
+    this._jobSub?.refresh();
+    return Promise.resolve();
   }
 
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
-    this._statusPoller.dispose();
     window.clearInterval(this._ageTimer);
-    this._abort?.abort();
-    this._abort = null;
+    this._jobSub?.close();
+    this._jobSub = null;
+    this._logSub?.close();
+    this._logSub = null;
     if (this._flushHandle) {
       cancelAnimationFrame(this._flushHandle);
     }
@@ -98,22 +103,13 @@ export class JobPanel extends Widget {
     super.onAfterAttach(msg);
     if (!this._started) {
       this._started = true;
-      void this._statusPoller.start();
-      void this._streamLoop();
+      this._watch();
     }
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    if (this._started && !this._finished) {
-      void this._statusPoller.resume();
-    }
     this._scrollIfFollowing();
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this._statusPoller.pause();
   }
 
   // ---------------------------------------------------------------- layout
@@ -123,8 +119,10 @@ export class JobPanel extends Widget {
     this._summary = h('dl', { className: 'kf-summary' });
     this._message = h('div', { className: 'kf-job-message' });
     this._error = h('div', { className: 'kf-error', role: 'alert', hidden: true });
+    // a div, not <header>: inside JupyterLab's main area a <header> is a banner landmark nested
+    // in another landmark (axe: landmark-banner-is-top-level)
     const head = h(
-      'header',
+      'div',
       { className: 'kf-JobPanel-header' },
       h('h2', { className: 'kf-JobPanel-title' }, this.jobName, ' ', this._badge, ' ', this._suspendButton()),
       this._summary,
@@ -217,20 +215,41 @@ export class JobPanel extends Widget {
 
   // ---------------------------------------------------------------- status and events
 
-  private async _fetchStatus(): Promise<void> {
-    const [job, events] = await Promise.all([
-      api.getJob(this.target, this.jobName),
-      api.getJobEvents(this.target, this.jobName).catch(() => null)
-    ]);
-    this._showError(null);
-    this._renderJob(job);
-    if (events) {
-      this._renderEvents(events);
-    }
-    if (isFinished(job.status)) {
-      this._finished = true;
-      this._statusPoller.pause(); // a finished job no longer changes
-    }
+  /**
+   * The job's record and events (every 3 s until it ends) and its log, over
+   * the page's one update socket (api.streamHub()), shared with the monitors.
+   */
+  private _watch(): void {
+    const hub = api.streamHub();
+    this._jobSub = hub.watchJob(this.target, this.jobName, { intervalMs: 3000, events: true }, {
+      onJob: job => {
+        this._showError(null);
+        this._renderJob(job);
+      },
+      onEvents: events => this._renderEvents(events),
+      onError: err => this._showError(err)
+    });
+    this._logSub = hub.watchLogs(this.target, this.jobName, this.maxLines, {
+      onStart: () => {
+        this._resetLog(); // a (re)subscription replays the tail: start over to avoid duplicates
+        this._logState.textContent = 'streaming…';
+      },
+      onRecords: records => {
+        for (const rec of records) {
+          this._onRecord(rec);
+        }
+      },
+      onEnd: () => {
+        this._showHeld();
+        this._logState.textContent = 'job ended; log complete';
+      },
+      onError: (err, retryMs) => {
+        this._logState.textContent =
+          retryMs === null
+            ? `log stream failed (${messageOf(err)})`
+            : `log stream failed (${messageOf(err)}); retrying in ${Math.round(retryMs / 1000)} s`;
+      }
+    });
   }
 
   /** Suspend / Resume: stop the job's pods or processes and keep the job, or start them again. */
@@ -253,7 +272,7 @@ export class JobPanel extends Widget {
     } catch (e) {
       this._showError(`${suspend ? 'Suspend' : 'Resume'} failed: ${(e as Error).message ?? e}`);
     }
-    await this._statusPoller.refresh();
+    this._jobSub?.refresh();
   }
 
   private _renderJob(job: IJob): void {
@@ -263,16 +282,19 @@ export class JobPanel extends Widget {
       job.status === 'Suspended'
         ? 'Start the job again (same workspace and environment)'
         : 'Stop the job\'s processes (pods) and keep the job; Resume starts them again';
-    this._suspend.disabled = isFinished(job.status);
-    setBadge(this._badge, job.status, statusKey(job.status));
+    // an ended job has nothing to suspend: no greyed button that looks like it could
+    this._suspend.hidden = isFinished(job.status) || job.status === 'Deleted';
+    this._suspend.disabled = false;
+    const label = displayStatus(job);
+    setBadge(this._badge, label, statusKey(label));
     const created = job.creation_time
-      ? [`${job.creation_time} (`, ageNode(job.creation_time, ' ago'), ')']
+      ? [`${formatTime(job.creation_time)} (`, ageNode(job.creation_time, ' ago'), ')']
       : ['-'];
     const rows: [string, string | (string | Node)[]][] = [
       ['Framework', job.framework || '-'],
       ['Runtime', job.runtime || '-'],
       ['Backend', `${job.backend || this.target.backend}${this.target.namespace ? ` / ${this.target.namespace}` : ''}`],
-      ['Nodes', formatNodes(job)],
+      ['Shape', formatNodes(job)],
       ['Created', created]
     ];
     const d = formatDuration(job.creation_time, job.completion_time);
@@ -280,22 +302,27 @@ export class JobPanel extends Widget {
       rows.push(['Duration', d]);
     }
     if (job.steps?.length) {
-      rows.push(['Steps', job.steps.map(s => `${s.name}: ${s.status}`).join(', ')]);
+      // a cancelled job's steps were stopped, not failed: say it as the badge does
+      const stepStatus = (st: string): string => (label === 'Cancelled' && st === 'Failed' ? 'Cancelled' : st);
+      rows.push(['Steps', job.steps.map(s => `${s.name}: ${stepStatus(s.status)}`).join(', ')]);
     }
-    const progress = progressText(job.trainer_status);
+    const progress = progressText(job.trainer_status, job.status);
     if (progress) {
       rows.push(['Progress', progress]);
     }
-    if (this._feed.add(job.trainer_status)) {
-      this._chart.render(this._metrics);
-    }
+    this._feed.add(job.trainer_status);
+    this._chart.setJob(job);
+    this._chart.render(this._metrics);
     this._summary.textContent = '';
     for (const [k, v] of rows) {
       this._summary.append(h('dt', {}, k), h('dd', {}, ...(typeof v === 'string' ? [v] : v)));
     }
-    this._message.textContent = failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
+    this._message.textContent =
+      label === 'Cancelled'
+        ? job.message || 'The job was cancelled.'
+        : failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
     const title = this.parent instanceof MainAreaWidget ? this.parent.title : this.title;
-    title.caption = `${this.jobName} (${job.status})`;
+    title.caption = `${this.jobName} (${label})`;
   }
 
   private _renderEvents(events: IJobEvent[]): void {
@@ -309,7 +336,7 @@ export class JobPanel extends Widget {
         h(
           'tr',
           { className: ev.type === 'Warning' ? 'kf-event-warning' : '' },
-          h('td', { title: ev.time ?? '' }, ageNode(ev.time)),
+          h('td', { title: formatTime(ev.time) }, ageNode(ev.time)),
           h('td', {}, ev.type ?? ''),
           h('td', {}, ev.reason ?? ''),
           h('td', {}, ev.message ?? '')
@@ -332,57 +359,6 @@ export class JobPanel extends Widget {
   }
 
   // ---------------------------------------------------------------- logs
-
-  private async _streamLoop(): Promise<void> {
-    const backoff = new Backoff({ interval: 0, base: 1000, factor: 2, max: 30000, jitter: 0.1 });
-    while (!this.isDisposed) {
-      this._abort = new AbortController();
-      // Reconnecting replays the tail: start over to avoid duplicates.
-      this._resetLog();
-      this._logState.textContent = 'streaming…';
-      let ended = false;
-      try {
-        await api.streamLogs(
-          this.target,
-          this.jobName,
-          {
-            onRecord: rec => {
-              backoff.success();
-              this._onRecord(rec);
-            },
-            onEnd: reason => {
-              ended = reason === 'end';
-              this._showHeld();
-            }
-          },
-          this._abort.signal,
-          this.maxLines
-        );
-      } catch (e) {
-        if (this.isDisposed || this._abort?.signal.aborted) {
-          return;
-        }
-        const delay = backoff.failure();
-        this._logState.textContent = `log stream failed (${messageOf(e)}); retrying in ${Math.round(delay / 1000)} s`;
-        await sleep(delay);
-        continue;
-      }
-      if (ended || this._finished) {
-        this._logState.textContent = 'job ended; log complete';
-        void this._statusPoller.refresh();
-        return;
-      }
-      // Closed without `end` while the job runs: reconnect after a pause.
-      const delay = backoff.failure();
-      this._logState.textContent = `log stream closed; reconnecting in ${Math.round(delay / 1000)} s`;
-      await sleep(delay);
-      await this._statusPoller.refresh();
-      if (this._finished) {
-        // One last full read so nothing written before the end is missed.
-        continue;
-      }
-    }
-  }
 
   private _resetLog(): void {
     this._readable = new ReadableLog();
@@ -463,8 +439,7 @@ export class JobPanel extends Widget {
   private _lineNode(rec: ILogRecord, isReport: boolean): HTMLDivElement {
     const el = h('div', { className: `kf-log-line${isReport ? ' kf-log-report' : ''}` });
     if (rec.source) {
-      const src = h('span', { className: 'kf-log-source' }, `[${rec.source}] `);
-      src.style.color = sourceColour(rec.source); // the same colour as in the notebook monitor
+      const src = h('span', { className: `kf-log-source ${sourceClass(rec.source)}` }, `[${rec.source}] `);
       el.append(src);
     }
     el.append(rec.line);
@@ -538,10 +513,9 @@ export class JobPanel extends Widget {
   private _readable = new ReadableLog();
   private _metrics = new MetricSeries();
   private _feed = new TrainerStatusFeed(this._metrics);
-  private _statusPoller: Poller;
-  private _abort: AbortController | null = null;
+  private _jobSub: IJobSubscription | null = null;
+  private _logSub: ISubscription | null = null;
   private _started = false;
-  private _finished = false;
   private _userScrollUntil = 0;
   private _badge!: HTMLSpanElement;
   private _suspend!: HTMLButtonElement;
@@ -558,10 +532,6 @@ export class JobPanel extends Widget {
   private _live = new LiveLines();
   private _dropped!: HTMLDivElement;
   private _events!: HTMLTableSectionElement;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise(resolve => setTimeout(resolve, ms));
 }
 
 /** Wrap a JobPanel in a MainAreaWidget with the right id, title and icon. */

@@ -89,9 +89,22 @@ export function isFinished(status: string): boolean {
   return status === 'Complete' || status === 'Failed';
 }
 
+/**
+ * The state a person reads, the same in every view: `Cancelled` for a job the
+ * user stopped (the backend records Failed with reason Cancelled), never a red
+ * Failed; otherwise the backend's status.
+ */
+export function displayStatus(job: Pick<IJob, 'status' | 'reason'>): string {
+  if (job.status === 'Failed' && job.reason === 'Cancelled') {
+    return 'Cancelled';
+  }
+  return job.status || 'Unknown';
+}
+
 /** A CSS-safe status key for the badge ("unknown" for anything else). */
 export function statusKey(status: string): string {
-  return (JOB_STATUSES as string[]).includes(status) ? status.toLowerCase() : 'unknown';
+  const known = [...(JOB_STATUSES as string[]), 'Cancelled', 'Deleted'];
+  return known.includes(status) ? status.toLowerCase() : 'unknown';
 }
 
 /**
@@ -205,10 +218,31 @@ export function formatNodes(job: IJob): string {
   if (n === null) {
     return '-';
   }
-  if (p === null || p === '' || p === 'auto') {
-    return `${n}`;
+  const nodes = `${n} node${n === 1 ? '' : 's'}`;
+  const procs = typeof p === 'number' ? p : typeof p === 'string' && /^\d+$/.test(p) ? Number(p) : null;
+  if (procs === null) {
+    return nodes;
   }
-  return `${n}\u00d7${p}`;
+  return `${nodes} \u00d7 ${procs} process${procs === 1 ? '' : 'es'}`;
+}
+
+/** A time as a person reads it ("Dec 1, 23:14:05", local time); '-' when unknown. */
+export function formatTime(iso: string | null | undefined): string {
+  if (!iso) {
+    return '-';
+  }
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) {
+    return '-';
+  }
+  return t.toLocaleString(undefined, {
+    month: 'short',
+    day: 'numeric',
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit',
+    hour12: false
+  });
 }
 
 export interface IRuntimeGroup {

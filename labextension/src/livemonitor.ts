@@ -5,20 +5,24 @@
  * It talks to the server extension's authenticated routes, not to the kernel,
  * so its rank filter and Cancel work while the cell that follows the job
  * blocks the kernel (ipykernel delivers widget messages of a busy cell only
- * when it ends). Status: polled from `jobs/{name}`; logs: `jobs/{name}/logs`
- * over SSE; Cancel: `POST jobs/{name}/cancel`, which refuses an ended job.
+ * when it ends). Status and logs arrive over the page's one update socket
+ * (api.streamHub(), kf-jupyter/api/stream), shared by every monitor and job
+ * panel; Cancel: `POST jobs/{name}/cancel`, which refuses an ended job;
+ * Suspend/Resume: `POST jobs/{name}/suspend|resume`.
  * The rank filter is applied in the browser. When the job ends the kernel
  * replaces this output with a static rendering (plain HTML); a reopened
  * notebook whose job still runs re-attaches here by the job's name.
  */
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import * as api from './api';
 import { MetricsChart } from './chart';
 import { h } from './dom';
 import { FollowTracker } from './follow';
-import { formatDuration, IJob, isFinished } from './jobs';
+import { formatDuration, IJob, IJobEvent, isFinished } from './jobs';
+import { ISubscription, IJobSubscription } from './stream';
 import {
   canCancel,
   failureText,
@@ -31,7 +35,7 @@ import {
 import { LiveLines } from './livelines';
 import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
 import { MetricSeries, parseReport } from './metrics';
-import { sourceColour } from './palette';
+import { sourceClass } from './palette';
 import { RingBuffer } from './ringbuffer';
 
 /** Lines kept in the monitor's log view. */
@@ -39,6 +43,7 @@ export const LIVE_MAX_LINES = 1000;
 /** Status poll period while the job runs. */
 const POLL_MS = 1000;
 const ALL = '';
+const RESULT_MARK = '##kf-jupyter:result ';
 
 export type OpenPanel = (target: api.ITarget, name: string) => void;
 
@@ -62,30 +67,36 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._payload = payload;
     this._target = { backend: payload.backend, namespace: payload.namespace };
     this._build(payload);
-    this._alive = true;
-    void this._pollLoop();
-    void this._streamLoop();
+    this._watch();
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._follow?.scroll();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._follow?.scroll();
   }
 
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
+    this._resize?.disconnect();
     this._stop();
     super.dispose();
   }
 
   private _stop(): void {
-    this._alive = false;
-    this._abort?.abort();
-    this._abort = null;
+    this._jobSub?.close();
+    this._jobSub = null;
+    this._logSub?.close();
+    this._logSub = null;
     if (this._flushHandle) {
       cancelAnimationFrame(this._flushHandle);
       this._flushHandle = 0;
-    }
-    if (this._pollTimer) {
-      clearTimeout(this._pollTimer);
-      this._pollTimer = 0;
     }
   }
 
@@ -104,8 +115,15 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
       { className: 'jp-Button jp-mod-styled jp-mod-warn kf-live-cancel', title: 'Stop the job (its record and logs stay)' },
       'Cancel'
     );
-    this._cancel.disabled = true;
+    this._cancel.hidden = true; // shown once the backend says the job can be cancelled
     this._cancel.addEventListener('click', () => void this._onCancel());
+    this._suspend = h(
+      'button',
+      { className: 'jp-Button jp-mod-styled kf-live-suspend', type: 'button' },
+      'Suspend'
+    );
+    this._suspend.hidden = true;
+    this._suspend.addEventListener('click', () => void this._onSuspend());
     const where = `${p.backend}${p.namespace ? ` / ${p.namespace}` : ''}${p.runtime ? ` · runtime ${p.runtime}` : ''}`;
     const head = h(
       'div',
@@ -117,6 +135,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
       this._elapsed,
       h('span', { className: 'kf-live-spacer' }),
       this._filter,
+      this._suspend,
       this._cancel
     );
     if (this._openPanel) {
@@ -130,12 +149,25 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._chart.node.hidden = true;
     this._log = h('div', { className: 'kf-log kf-live-log', role: 'log', tabindex: '0', 'aria-label': `Log of ${p.name}` });
     this._log.append(this._live.node);
+    // What happens before the first line (starting ranks, warm or cold, ...): never a silent
+    // "Running" over an empty log.
+    this._startup = h('div', { className: 'kf-live-startup', role: 'status' });
+    this._startup.hidden = true;
+    this._result = h('div', { className: 'kf-live-result', role: 'status' });
+    this._result.hidden = true;
     this._followBox = h('input', { type: 'checkbox', className: 'kf-live-follow', 'aria-label': 'Follow the end of the log' });
     this._followBox.checked = true;
     this._follow = new FollowTracker(this._log, following => {
       this._followBox.checked = following;
     });
     this._followBox.addEventListener('change', () => this._follow.set(this._followBox.checked));
+    // Follow ticked means the view is at the end: a scroll made while the output was not laid
+    // out yet (a reload, the notebook opening, a suspend's replay) had no effect and left a
+    // ticked Follow over a view at the top. Scroll again whenever the log's size changes.
+    if (typeof ResizeObserver !== 'undefined') {
+      this._resize = new ResizeObserver(() => this._follow.scroll());
+      this._resize.observe(this._log);
+    }
     this._logState = h('span', { className: 'kf-log-state' });
     const foot = h(
       'div',
@@ -150,49 +182,140 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
       ' ',
       this._logState
     );
-    this.node.append(head, this._notice, this._failure, this._chart.node, this._log, foot);
+    this.node.append(head, this._notice, this._failure, this._result, this._chart.node, this._startup, this._log, foot);
   }
 
   // ---------------------------------------------------------------- status
 
-  private async _pollLoop(): Promise<void> {
-    while (this._alive && !this.isDisposed) {
-      try {
-        const job = await api.getJob(this._target, this._payload!.name);
+  /** Subscribe to the job's record and log over the page's one update socket. */
+  private _watch(): void {
+    const hub = api.streamHub();
+    const name = this._payload!.name;
+    this._jobSub = hub.watchJob(this._target, name, { intervalMs: POLL_MS, events: true }, {
+      onJob: job => {
         this._showJob(job);
         this._note('');
-      } catch (e) {
-        const err = e as api.ApiError;
-        if (err.status === 404) {
+      },
+      onEvents: events => {
+        this._events = events;
+        this._renderStartup();
+      },
+      onError: (err, final) => {
+        if (final) {
           this._job = null;
           this._setBadge('Deleted');
-          this._cancel.disabled = true;
+          this._showControls();
           this._note(
-            `The Jupyter server has no job ${this._payload!.name} (deleted, or started with another ` +
+            `The Jupyter server has no job ${name} (deleted, or started with another ` +
               'kubeconfig or job store): this view cannot follow it. The kernel still shows the ' +
               'final state when the cell ends.'
           );
           return;
         }
-        this._note(`Status unavailable (${err.message ?? e}); retrying.`);
+        this._note(`Status unavailable (${err.message}); retrying.`);
       }
-      if (this._job && isFinished(this._job.status)) {
-        return;
+    });
+    this._logSub = hub.watchLogs(this._target, name, LIVE_MAX_LINES, {
+      onStart: () => {
+        this._resetLog(); // a (re)subscription replays the tail
+        this._logState.textContent = 'streaming…';
+      },
+      onRecords: records => {
+        for (const rec of records) {
+          this._onRecord(rec);
+        }
+      },
+      onEnd: () => {
+        for (const held of this._readable.finish()) {
+          this._onRecord(held); // a progress bar still held: shown as it was left
+        }
+        this._logState.textContent = 'job ended; log complete';
+      },
+      onError: (err, retryMs) => {
+        if (err.status === 404) {
+          this._logState.textContent = '';
+          return;
+        }
+        this._logState.textContent =
+          retryMs === null ? `log stream failed (${err.message})` : `log stream failed (${err.message}); retrying`;
       }
-      await new Promise<void>(resolve => {
-        this._pollTimer = window.setTimeout(resolve, POLL_MS);
-      });
-    }
+    });
   }
 
   private _showJob(job: IJob): void {
     this._job = job;
     this._setBadge(statusLabel(job));
-    this._cancel.disabled = this._cancelling || !canCancel(job);
+    this._showControls();
+    this._chart.setJob(job);
+    if (typeof job.trainer_status?.progress_percentage === 'number') {
+      this._chart.node.hidden = false;
+    }
     this._elapsed.textContent = formatDuration(job.creation_time, job.completion_time ?? new Date().toISOString());
     const cause = failureText(job);
     this._failure.hidden = !cause;
     this._failure.textContent = cause;
+    this._renderStartup();
+  }
+
+  /**
+   * Until the first line arrives: what the job is doing (its latest event: processes started,
+   * a warm or cold start and why, waiting in a queue), and that a cold start imports the
+   * framework and waits for every rank to meet before the program prints.
+   */
+  private _renderStartup(): void {
+    const job = this._job;
+    const quiet = this._sources.size === 0;
+    const starting = !!job && quiet && !isFinished(job.status) && job.status !== 'Suspended';
+    this._startup.hidden = !starting;
+    if (!starting) {
+      return;
+    }
+    const last = this._events.filter(e => e.reason && e.reason !== 'Exited').slice(-1)[0];
+    const cold = this._events.some(e => e.reason === 'ColdStart');
+    const warm = this._events.some(e => e.reason === 'WarmStart');
+    const phase =
+      job!.status === 'Created'
+        ? 'Waiting to start'
+        : 'Starting: the ranks import the framework and meet (rendezvous) before the program prints';
+    const start = cold ? ' · cold start' : warm ? ' · warm start' : '';
+    const what = last ? ` · ${last.reason}: ${last.message ?? ''}` : '';
+    this._startup.textContent = `${phase}${start}${what}. No output yet.`;
+  }
+
+  /** Cancel and Suspend/Resume only while they can act (hidden, not greyed, otherwise). */
+  private _showControls(): void {
+    const job = this._job;
+    this._cancel.hidden = !canCancel(job);
+    this._cancel.disabled = this._cancelling;
+    const suspended = job?.status === 'Suspended';
+    this._suspend.hidden = !job || !(suspended || job.status === 'Running' || job.status === 'Created');
+    this._suspend.disabled = this._suspending;
+    if (!this._suspending) {
+      this._suspend.textContent = suspended ? 'Resume' : 'Suspend';
+    }
+    this._suspend.title = suspended
+      ? 'Start the job again (its program starts from the beginning unless it resumes from a checkpoint)'
+      : "Stop the job's processes and keep the job; Resume starts them again";
+  }
+
+  private async _onSuspend(): Promise<void> {
+    if (!this._job) {
+      return;
+    }
+    const suspend = this._job.status !== 'Suspended';
+    this._suspending = true;
+    this._suspend.disabled = true;
+    this._suspend.textContent = suspend ? 'Suspending…' : 'Resuming…';
+    try {
+      await api.setSuspended(this._target, this._payload!.name, suspend);
+      this._note('');
+    } catch (e) {
+      this._note(`${suspend ? 'Suspend' : 'Resume'} failed: ${(e as Error).message ?? e}`);
+    } finally {
+      this._suspending = false;
+      this._jobSub?.refresh();
+      this._showControls();
+    }
   }
 
   private _setBadge(label: string): void {
@@ -213,6 +336,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     this._cancelling = true;
     this._cancel.disabled = true;
     this._cancel.textContent = 'Cancelling…';
+    this._suspend.hidden = true;
     try {
       const result = await api.cancelJob(this._target, this._payload!.name);
       this._showJob(result.job);
@@ -222,55 +346,14 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     } finally {
       this._cancelling = false;
       this._cancel.textContent = 'Cancel';
-      this._cancel.disabled = !canCancel(this._job);
+      this._showControls();
     }
   }
 
   // ---------------------------------------------------------------- logs
 
-  private async _streamLoop(): Promise<void> {
-    let failures = 0;
-    while (this._alive && !this.isDisposed) {
-      this._abort = new AbortController();
-      this._resetLog(); // a (re)connection replays the tail
-      this._logState.textContent = 'streaming…';
-      let ended = false;
-      try {
-        await api.streamLogs(
-          this._target,
-          this._payload!.name,
-          {
-            onRecord: rec => this._onRecord(rec),
-            onEnd: reason => {
-              ended = reason === 'end';
-              for (const held of this._readable.finish()) {
-                this._onRecord(held); // a progress bar still held: shown as it was left
-              }
-            }
-          },
-          this._abort.signal,
-          LIVE_MAX_LINES
-        );
-      } catch (e) {
-        if (!this._alive || this._abort?.signal.aborted) {
-          return;
-        }
-        if ((e as api.ApiError).status === 404) {
-          this._logState.textContent = '';
-          return;
-        }
-        this._logState.textContent = `log stream failed (${(e as Error).message ?? e}); retrying`;
-      }
-      if (ended || (this._job && isFinished(this._job.status))) {
-        this._logState.textContent = 'job ended; log complete';
-        return;
-      }
-      failures += 1;
-      await new Promise(resolve => setTimeout(resolve, Math.min(30000, 1000 * 2 ** Math.min(failures, 5))));
-    }
-  }
-
   private _resetLog(): void {
+    this._result.hidden = true;
     this._readable = new ReadableLog();
     this._lines.clear();
     this._pending = [];
@@ -301,6 +384,11 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     const shown: ILogRecord[] = [];
     for (const raw of batch) {
       const at = raw.line.indexOf(PROTOCOL_PREFIX);
+      if (at >= 0 && raw.line.startsWith(RESULT_MARK, at)) {
+        // the training function's return value: what the cell gives back, shown once it ended
+        this._result.hidden = false;
+        this._result.textContent = `Result (rank 0's return value): ${raw.line.slice(at + RESULT_MARK.length)}`;
+      }
       if (at >= 0) {
         const report = parseReport(raw.line.slice(at));
         if (report) {
@@ -329,6 +417,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     }
     if (newSource) {
       this._renderSources();
+      this._renderStartup();
     }
     if (metricsChanged) {
       this._chart.node.hidden = false;
@@ -341,8 +430,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     const el = h('div', { className: 'kf-log-line' });
     if (rec.source) {
       el.dataset.source = rec.source;
-      const src = h('span', { className: 'kf-log-source' }, `[${rec.source}] `);
-      src.style.color = sourceColour(rec.source);
+      const src = h('span', { className: `kf-log-source ${sourceClass(rec.source)}` }, `[${rec.source}] `);
       el.append(src);
     }
     el.append(rec.line);
@@ -387,10 +475,10 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _payload: IJobPayload | null = null;
   private _target: api.ITarget = { backend: 'local' };
   private _job: IJob | null = null;
-  private _alive = false;
   private _cancelling = false;
-  private _abort: AbortController | null = null;
-  private _pollTimer = 0;
+  private _suspending = false;
+  private _jobSub: IJobSubscription | null = null;
+  private _logSub: ISubscription | null = null;
   private _flushHandle = 0;
   private _lines: RingBuffer<ILogRecord>;
   private _readable = new ReadableLog();
@@ -401,6 +489,7 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _elapsed!: HTMLSpanElement;
   private _filter!: HTMLSelectElement;
   private _cancel!: HTMLButtonElement;
+  private _suspend!: HTMLButtonElement;
   private _notice!: HTMLDivElement;
   private _failure!: HTMLPreElement;
   private _chart!: MetricsChart;
@@ -409,6 +498,10 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   private _followBox!: HTMLInputElement;
   private _follow!: FollowTracker;
   private _logState!: HTMLSpanElement;
+  private _startup!: HTMLDivElement;
+  private _events: IJobEvent[] = [];
+  private _resize: ResizeObserver | null = null;
+  private _result!: HTMLDivElement;
 }
 
 /**

@@ -3,7 +3,7 @@
  * (kf_jupyter/widgets/static.py: job_payload) and what the live monitor makes
  * of the server's answers. No JupyterLab imports: unit-tested under Node.
  */
-import { IJob, isFinished } from './jobs';
+import { displayStatus, IJob, isFinished } from './jobs';
 
 export const JOB_MIME_TYPE = 'application/vnd.kf-jupyter.job+json';
 export const PAYLOAD_VERSION = 1;
@@ -38,15 +38,12 @@ export function parsePayload(data: unknown): { payload: IJobPayload | null; erro
 
 /** The badge text of a job, from the backend's record ("Cancelled" only if it recorded one). */
 export function statusLabel(job: Pick<IJob, 'status' | 'reason'>): string {
-  if (job.status === 'Failed' && job.reason === 'Cancelled') {
-    return 'Cancelled';
-  }
-  return job.status || 'Unknown';
+  return displayStatus(job);
 }
 
 /** CSS key of a badge label. */
 export function labelKey(label: string): string {
-  const known = ['Created', 'Running', 'Complete', 'Failed', 'Cancelled', 'Deleted'];
+  const known = ['Created', 'Running', 'Suspended', 'Complete', 'Failed', 'Cancelled', 'Deleted'];
   return known.includes(label) ? label.toLowerCase() : 'unknown';
 }
 

@@ -220,6 +220,23 @@ const ELASTIC = 'torch.distributed.elastic.multiprocessing.errors.ChildFailedErr
  *
  * The raw stream still carries the reports: the panel's chart reads them before this.
  */
+/**
+ * The text printed after a progress bar on the bar's own line, or null when `line` is not a
+ * bar followed by text. A bar (tqdm and the like) redraws at a fixed width, so the completed
+ * line is the bar's next state (as wide as the shown one) followed by what was printed.
+ */
+export function afterBar(bar: string, line: string): string | null {
+  if (line.includes('\r') || line.length <= bar.length || !/[|%]/.test(bar)) {
+    return null;
+  }
+  const head = line.slice(0, bar.length);
+  const tail = line.slice(bar.length);
+  if (!/[|%]/.test(head) || tail.trim() === '') {
+    return null;
+  }
+  return tail;
+}
+
 export class ReadableLog {
   private _held = new Map<string, ILogRecord>();
   private _tracebacks = new Map<string, string[]>();
@@ -240,10 +257,20 @@ export class ReadableLog {
       }
       return [];
     }
-    if (!rec.line.includes(PROTOCOL_PREFIX)) {
-      this._live.delete(rec.source); // the line it was writing has ended
+    let line = rec.line;
+    if (!line.includes(PROTOCOL_PREFIX)) {
+      const bar = this._live.get(rec.source);
+      const printed = bar === undefined ? null : afterBar(bar, line);
+      if (printed !== null) {
+        // a print after a bar update, on the bar's terminal line (`...[00:19<00:11]rank 0 step
+        // 19`): the bar stays the rank's live line, the printed text is a clean line of its own
+        this._live.set(rec.source, line.slice(0, line.length - printed.length));
+        line = printed;
+      } else {
+        this._live.delete(rec.source); // the line it was writing has ended
+      }
     }
-    return this._fold(rec.source, rec.line).flatMap(line => this._one(rec.source, line));
+    return this._fold(rec.source, line).flatMap(l => this._one(rec.source, l));
   }
 
   /** What is still held, at the end of the log. */

@@ -8,13 +8,25 @@
  */
 
 export const PALETTE: readonly string[] = [
-  '#1f77b4',
-  '#d62728',
-  '#2ca02c',
-  '#9467bd',
+  '#1d6ea7',
+  '#c92526',
+  '#217821',
+  '#824eb2',
+  '#a74e00',
+  '#0e727c',
+  '#8c564b',
+  '#b9268c'
+];
+
+/** The same slots under a dark theme (style/base.css `.kf-src-N`; each >= 4.5:1 on #111 and #212121). */
+export const PALETTE_DARK: readonly string[] = [
+  '#3d9cde',
+  '#e67374',
+  '#2fac2f',
+  '#ab87cb',
   '#ff7f0e',
   '#17becf',
-  '#8c564b',
+  '#bc8b81',
   '#e377c2'
 ];
 
@@ -32,7 +44,12 @@ export function sourceColourIndex(source: string): number {
   return n % PALETTE.length;
 }
 
-/** The colour of a source's `[rank-N]` prefix. */
+/** The class that colours a source's `[rank-N]` prefix in the current theme. */
+export function sourceClass(source: string): string {
+  return `kf-src-${sourceColourIndex(source)}`;
+}
+
+/** The colour of a source's `[rank-N]` prefix (light theme). */
 export function sourceColour(source: string): string {
   return PALETTE[sourceColourIndex(source)];
 }

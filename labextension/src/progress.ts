@@ -30,20 +30,38 @@ export function formatEta(seconds: number | null | undefined): string {
   return `${Math.floor(s / 3600)}h ${pad(Math.floor((s % 3600) / 60))}m`;
 }
 
-/** "45% · ETA 3m 05s" (either part alone when only one is known); "" for none. */
-export function progressText(ts: ITrainerStatus | null | undefined): string {
+/**
+ * "45% · ETA 3m 05s": the one way every view writes a job's progress (as
+ * kf_jupyter/progress.py progress_label). The ETA shows only while the job
+ * runs and has work left: never on a suspended or ended job, never
+ * "100% · ETA 0s". "" for none.
+ */
+export function progressLabel(
+  percent: number | null | undefined,
+  etaSeconds: number | null | undefined,
+  status?: string | null
+): string {
+  const parts: string[] = [];
+  const pct = typeof percent === 'number' && Number.isFinite(percent) ? Math.round(percent) : null;
+  if (pct !== null) {
+    parts.push(`${pct}%`);
+  }
+  const running = status === undefined || status === null || status === 'Running';
+  if (running && (pct === null || pct < 100) && etaSeconds) {
+    const eta = formatEta(etaSeconds);
+    if (eta) {
+      parts.push(`ETA ${eta}`);
+    }
+  }
+  return parts.join(' \u00b7 ');
+}
+
+/** A job's recorded progress (`trainer_status`), as progressLabel writes it. */
+export function progressText(ts: ITrainerStatus | null | undefined, status?: string | null): string {
   if (!ts) {
     return '';
   }
-  const parts: string[] = [];
-  if (typeof ts.progress_percentage === 'number') {
-    parts.push(`${ts.progress_percentage}%`);
-  }
-  const eta = formatEta(ts.estimated_remaining_seconds);
-  if (eta) {
-    parts.push(`ETA ${eta}`);
-  }
-  return parts.join(' \u00b7 ');
+  return progressLabel(ts.progress_percentage, ts.estimated_remaining_seconds, status);
 }
 
 /** The metrics whose value is a finite number. */

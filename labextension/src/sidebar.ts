@@ -12,10 +12,12 @@ import * as api from './api';
 import { h, setBadge, statusBadge } from './dom';
 import { trainerIcon } from './icon';
 import {
+  displayStatus,
   failureText,
   filterJobs,
   formatAge,
   formatNodes,
+  formatTime,
   IBackendInfo,
   IJob,
   IRuntime,
@@ -149,14 +151,17 @@ export class TrainerSidebar extends Widget {
     this._filter = h('input', {
       className: 'kf-input jp-mod-styled kf-filter',
       type: 'search',
-      placeholder: 'Filter jobs (name, status:running, framework:torch)',
-      'aria-label': 'Filter jobs'
+      placeholder: 'Filter jobs',
+      title: 'Filter jobs by name, status or framework (status:running, framework:torch)',
+      'aria-label': 'Filter jobs by name, status or framework'
     });
     this._filter.addEventListener('input', () => this._renderJobs());
 
     this._jobsCount = h('span', { className: 'kf-count' });
     this._jobsList = h('ul', { className: 'kf-jobs', 'aria-label': 'Training jobs' });
-    this._jobsEmpty = h('div', { className: 'kf-empty' }, 'No jobs yet. Run a %%torchtrain cell to start one.');
+    // Until the first answer the list is loading, not empty: "No jobs yet" only once the
+    // backend has said so (it read as "your jobs are gone" for seconds after a reload).
+    this._jobsEmpty = h('div', { className: 'kf-empty kf-loading', role: 'status' }, 'Loading jobs…');
     this._status = h('div', { className: 'kf-status', 'aria-live': 'polite' });
 
     this._runtimes = h('div', { className: 'kf-runtimes', 'aria-label': 'Training runtimes' });
@@ -207,6 +212,7 @@ export class TrainerSidebar extends Widget {
     }
     this._target = { backend, namespace };
     this._jobs = [];
+    this._loaded = false;
     this._rows.clear();
     this._jobsList.textContent = '';
     this._renderBackends();
@@ -222,6 +228,7 @@ export class TrainerSidebar extends Widget {
       return; // switched meanwhile
     }
     this._jobs = sortJobs(jobs);
+    this._loaded = true;
     this._renderJobs();
   }
 
@@ -305,6 +312,11 @@ export class TrainerSidebar extends Widget {
     this._jobsCount.textContent =
       shown.length === this._jobs.length ? `(${this._jobs.length})` : `(${shown.length} of ${this._jobs.length})`;
     this._jobsEmpty.hidden = this._jobs.length > 0;
+    this._jobsEmpty.classList.toggle('kf-loading', !this._loaded);
+    this._jobsEmpty.textContent = this._loaded
+      ? 'No jobs yet. Run a %%torchtrain cell to start one.'
+      : 'Loading jobs…';
+    this._jobsList.setAttribute('aria-busy', this._loaded ? 'false' : 'true');
   }
 
   private _createRow(job: IJob): IRow {
@@ -317,7 +329,7 @@ export class TrainerSidebar extends Widget {
     open.addEventListener('click', () =>
       this._openRequested.emit({ ...this._target, name: job.name })
     );
-    const badge = statusBadge(job.status, statusKey(job.status));
+    const badge = statusBadge(displayStatus(job), statusKey(displayStatus(job)));
     const framework = h('span', { className: 'kf-job-framework', title: 'framework' });
     const nodes = h('span', { className: 'kf-job-nodes', title: 'nodes × processes per node' });
     const age = h('span', { className: 'kf-job-age' });
@@ -335,16 +347,17 @@ export class TrainerSidebar extends Widget {
   }
 
   private _updateRow(row: IRow, job: IJob, now: number): void {
-    setBadge(row.badge, job.status, statusKey(job.status));
-    const tip = failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
-    row.badge.title = tip ? `Status: ${job.status} (${tip})` : `Status: ${job.status}`;
+    const label = displayStatus(job);
+    setBadge(row.badge, label, statusKey(label));
+    const tip = label === 'Cancelled' ? '' : failureText(job) ?? [job.reason, job.message].filter(Boolean).join(': ');
+    row.badge.title = tip ? `Status: ${label} (${tip})` : `Status: ${label}`;
     row.framework.textContent = job.framework || '-';
-    row.nodes.textContent = `${formatNodes(job)} nodes`;
-    row.progress.textContent = progressText(job.trainer_status);
+    row.nodes.textContent = formatNodes(job);
+    row.progress.textContent = progressText(job.trainer_status, job.status);
     row.progress.hidden = row.progress.textContent === '';
     row.creation = job.creation_time ?? null;
     row.age.textContent = formatAge(row.creation, now);
-    row.age.title = row.creation ? `created ${row.creation}` : '';
+    row.age.title = row.creation ? `created ${formatTime(row.creation)}` : '';
   }
 
   private _updateAges(): void {
@@ -384,6 +397,7 @@ export class TrainerSidebar extends Widget {
   private _jobs: IJob[] = [];
   private _rows = new Map<string, IRow>();
   private _poller: Poller;
+  private _loaded = false;
   private _started = false;
   private _ageTimer: number;
   private _openRequested = new Signal<this, IOpenJobArgs>(this);

@@ -183,3 +183,79 @@ def open_notebook(page: Any, lab: dict, name: str) -> None:
     page.goto(f"{lab['url']}/lab/tree/{name}?reset&token={lab['token']}")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
     expect(page.locator(".jp-StatusBar-Widget", has_text="| Idle")).to_have_count(1, timeout=90_000)
+
+
+#: Every text node of our views, its colour against the background it is drawn on (alpha
+#: blended up the ancestors): the WCAG 2 contrast ratio, and those under 4.5:1.
+CONTRAST_JS = """
+(selector) => {
+  const parse = s => {
+    const m = /rgba?\\(([^)]+)\\)/.exec(s || '');
+    if (!m) return [0, 0, 0, 0];
+    const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  };
+  const over = (top, below) => {
+    const a = top[3];
+    return [0, 1, 2].map(i => top[i] * a + below[i] * (1 - a)).concat([1]);
+  };
+  const background = el => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c[3] > 0) layers.push(c);
+      if (c[3] >= 1) break;
+    }
+    let bg = [255, 255, 255, 1];
+    for (let i = layers.length - 1; i >= 0; i--) bg = over(layers[i], bg);
+    return bg;
+  };
+  const lum = c => {
+    const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+  };
+  const bad = [];
+  let checked = 0;
+  for (const root of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      if (!node.textContent.trim()) continue;
+      const el = node.parentElement;
+      const cs = getComputedStyle(el);
+      const rect = el.getBoundingClientRect();
+      if (rect.width === 0 || rect.height === 0 || cs.visibility === 'hidden') continue;
+      if (el.closest('[disabled], option')) continue;  // disabled controls: exempt (WCAG 1.4.3)
+      const svg = el instanceof SVGElement;
+      const bg = background(svg ? el.closest('svg') || el : el);
+      const fg = over(parse(svg ? cs.fill : cs.color), bg);
+      const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+      const ratio = (hi + 0.05) / (lo + 0.05);
+      checked++;
+      if (ratio < 4.5) {
+        bad.push({text: node.textContent.trim().slice(0, 40), cls: String(el.className.baseVal ?? el.className),
+                  fg: cs.color, ratio: Math.round(ratio * 100) / 100});
+      }
+    }
+  }
+  return {checked, bad};
+}
+"""
+
+
+def axe_violations(page: Any, selector: str) -> list[dict]:
+    """axe-core's violations (the axe.min.js of the pip package axe-playwright-python) in the
+    elements `selector` matches: our views, not JupyterLab's own."""
+    from importlib.resources import files
+
+    page.add_script_tag(path=str(files("axe_playwright_python") / "axe.min.js"))
+    result = page.evaluate(
+        """async sel => {
+             const include = [...document.querySelectorAll(sel)].map(e => e);
+             const r = await axe.run({include}, {resultTypes: ['violations']});
+             return r.violations.map(v => ({id: v.id, help: v.help,
+               nodes: v.nodes.slice(0, 5).map(n => n.target.join(' '))}));
+           }""",
+        selector,
+    )
+    return result

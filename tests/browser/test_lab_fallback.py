@@ -1,13 +1,22 @@
 """Real-browser test of the monitor where the lab extension is absent (JupyterLab with
 kf-jupyter-labextension disabled, as in a frontend without it): the ipywidget monitor shows
 the job live and says what works while the kernel is busy; when the job ends the cell holds
-the static rendering."""
+the static rendering. The widget monitor and the static output pass axe-core with no violation
+and keep every text at 4.5:1 (issue 22)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, open_notebook, write_notebook
+from tests.browser.conftest import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CONTRAST_JS,
+    axe_violations,
+    open_notebook,
+    write_notebook,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -47,11 +56,18 @@ def test_without_the_extension_the_widget_says_what_works_then_leaves_the_static
             expect(widget.locator(".kf-log-box")).to_contain_text("rank 1 line", timeout=120_000)
             expect(cell.locator(".kf-LiveMonitor")).to_have_count(0)
             page.screenshot(path=str(ARTIFACTS / "fallback-widget.png"))
+            views = ".jp-Notebook .jp-CodeCell .jupyter-widgets.widget-vbox"
+            found = page.evaluate(CONTRAST_JS, views)
+            assert found["checked"] > 10 and found["bad"] == [], found
+            assert axe_violations(page, views) == []
             static = cell.locator(".kf-monitor-static.kf-status-complete")
             expect(static).to_be_visible(timeout=180_000)
             expect(cell.locator(".jupyter-widgets.widget-vbox")).to_have_count(0)
             expect(static).to_contain_text("rank 1 line 79")
             page.screenshot(path=str(ARTIFACTS / "fallback-static.png"))
+            found = page.evaluate(CONTRAST_JS, ".kf-monitor-static")
+            assert found["bad"] == [], found
+            assert axe_violations(page, ".kf-monitor-static") == []
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "fallback-failure.png"))
             raise

@@ -21,6 +21,7 @@ from ...constants import API_VERSION, CREATED_BY_LABEL, CREATED_BY_VALUE, TRAINJ
 from ...errors import ValidationError
 from ...workspace import (
     ARCHIVE_KEY,
+    CLUSTER_OUTPUTS,
     CONFIGMAP_MAX_BYTES,
     MOUNT_DIR,
     Snapshot,
@@ -67,7 +68,8 @@ class Carrier:
             f"{len(self.snapshot.files)} files ({human(self.snapshot.total_bytes)}), listed "
             "under workspace.files>"
         }
-        return {"configmap": cm, "workspace": self.snapshot.summary()}
+        summary = self.snapshot.summary() | {"outputs": CLUSTER_OUTPUTS}
+        return {"configmap": cm, "workspace": summary}
 
 
 def _mount_patch(job: dict[str, Any], mpi: bool) -> None:

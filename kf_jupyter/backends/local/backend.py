@@ -54,7 +54,8 @@ from ...types import (
     TrainJob,
 )
 from ...workspace import ENV_DIR as WS_ENV_DIR
-from ...workspace import copy_into, snapshot_for
+from ...workspace import ENV_RUN_DIR as WS_ENV_RUN_DIR
+from ...workspace import copy_into, local_outputs, snapshot_for
 from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
 from . import gpus as gpu
 from . import index as job_index
@@ -216,7 +217,11 @@ class LocalBackend:
         # A preview is printed and shown: credentials in index URLs are masked.
         return mask_object(
             {"backend": self.name, "trainjob": manifest, "plan": plan.to_dict()}
-            | ({"workspace": snap.summary()} if snap else {})
+            | (
+                {"workspace": snap.summary() | {"outputs": local_outputs(snap.root)}}
+                if snap
+                else {}
+            )
             | ({"gpus": gpus} if gpus else {})
         )
 
@@ -396,9 +401,12 @@ class LocalBackend:
                 raise self._disk_full(exc) from None
             raise
         try:
-            if snap is not None:  # taken now: a file edited later does not change the job
+            if snap is not None:  # taken now: a module edited later does not change the job
                 copy_into(snap, jd / "workspace")
-                cwd = str(jd / "workspace")
+                # The ranks run in the folder itself, as under plain torchrun, so what they write
+                # there (a checkpoint, a model file) is next to the notebook; the runner puts
+                # the snapshot first on sys.path, so imports come from the submit-time copy.
+                cwd = snap.root
             return self._launch(jd, manifest, plan, rt, python, provided, cwd, trainer, inventory)
         except OSError as exc:
             shutil.rmtree(jd, ignore_errors=True)
@@ -422,7 +430,7 @@ class LocalBackend:
         )
 
     def _process_env(
-        self, plan: LaunchPlan, index: int, jd: Path, python: str, provided: bool
+        self, plan: LaunchPlan, index: int, jd: Path, python: str, provided: bool, cwd: str
     ) -> dict[str, str]:
         proc = plan.processes[index]
         bindirs = [os.path.dirname(python)]
@@ -464,6 +472,7 @@ class LocalBackend:
             env["KF_JUPYTER_SKIP_INSTALL"] = "1"
         if (jd / "workspace").is_dir():
             env[WS_ENV_DIR] = str(jd / "workspace")
+            env[WS_ENV_RUN_DIR] = cwd
         return env
 
     def prestart_pool(self, framework: str = "torch") -> warm_pool.Pool | None:
@@ -532,7 +541,8 @@ class LocalBackend:
         for sub in ("logs", "tmp", "work"):
             (jd / sub).mkdir(mode=sv.PRIVATE_DIR)
         envs = [
-            self._process_env(plan, i, jd, python, provided) for i in range(len(plan.processes))
+            self._process_env(plan, i, jd, python, provided, cwd)
+            for i in range(len(plan.processes))
         ]
         # The supervisor starts each process with its own environment plus these.
         node_env = {**os.environ, **envs[0]} if envs else {}

@@ -968,7 +968,7 @@ class Supervisor:
                 self._finish(
                     FAILED,
                     REASON_CANCELLED,
-                    f"The job was cancelled (signal {self.cancel_signal}); its processes were stopped.",
+                    "The job was cancelled; its processes were stopped.",
                 )
                 return 1
             if self.suspended:

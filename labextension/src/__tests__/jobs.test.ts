@@ -3,7 +3,9 @@ import {
   filterJobs,
   formatAge,
   formatDuration,
+  displayStatus,
   formatNodes,
+  formatTime,
   groupRuntimes,
   IJob,
   isFinished,
@@ -94,10 +96,30 @@ describe('small helpers', () => {
     expect(isFinished('Failed')).toBe(true);
     expect(isFinished('Running')).toBe(false);
   });
-  it('formatNodes', () => {
-    expect(formatNodes({ name: 'a', status: 'Running', num_nodes: 2, num_proc_per_node: 4 })).toBe('2\u00d74');
-    expect(formatNodes({ name: 'a', status: 'Running', num_nodes: 2, num_proc_per_node: 'auto' })).toBe('2');
+  it('formatNodes writes the shape in words, as the kernel does', () => {
+    expect(formatNodes({ name: 'a', status: 'Running', num_nodes: 2, num_proc_per_node: 4 })).toBe(
+      '2 nodes \u00d7 4 processes'
+    );
+    expect(formatNodes({ name: 'a', status: 'Running', num_nodes: 1, num_proc_per_node: 2 })).toBe(
+      '1 node \u00d7 2 processes'
+    );
+    expect(formatNodes({ name: 'a', status: 'Running', num_nodes: 1, num_proc_per_node: '1' })).toBe(
+      '1 node \u00d7 1 process'
+    );
+    expect(formatNodes({ name: 'a', status: 'Running', num_nodes: 2, num_proc_per_node: 'auto' })).toBe('2 nodes');
     expect(formatNodes({ name: 'a', status: 'Running' })).toBe('-');
+  });
+  it('displayStatus says Cancelled for a cancelled job, with its own badge key', () => {
+    expect(displayStatus({ status: 'Failed', reason: 'Cancelled' })).toBe('Cancelled');
+    expect(displayStatus({ status: 'Failed', reason: 'Error' })).toBe('Failed');
+    expect(statusKey('Cancelled')).toBe('cancelled');
+    expect(statusKey('Suspended')).toBe('suspended');
+  });
+  it('formatTime writes no raw ISO timestamp', () => {
+    const t = formatTime('2026-12-01T23:14:05Z');
+    expect(t).not.toMatch(/\d{4}-\d\d-\d\dT/);
+    expect(t).toMatch(/\d\d:\d\d:\d\d/);
+    expect(formatTime(null)).toBe('-');
   });
   it('queryString skips empty values and encodes', () => {
     expect(queryString({ backend: 'local', namespace: null, follow: true, tail: 1000, x: '' })).toBe(

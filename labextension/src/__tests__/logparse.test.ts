@@ -186,3 +186,22 @@ describe('ReadableLog folds torchrun dumps', () => {
     expect(out).toEqual([...lines.slice(0, 3), 'after']);
   });
 });
+
+describe('a print after a progress bar update (issue 22)', () => {
+  it('keeps the bar as the live line and shows the printed line clean', () => {
+    const log = new ReadableLog();
+    const bar = ' 47%|████▋     | 18/38 [00:18<00:12]';
+    const next = ' 50%|█████     | 19/38 [00:19<00:11]';
+    expect(log.push({ source: 'rank-0', line: `\r${bar}` })).toEqual([]);
+    expect(log.live.get('rank-0')).toBe(bar);
+    const shown = log.push({ source: 'rank-0', line: `${next}rank 0 step 19 loss 0.5` });
+    expect(shown.map(r => r.line)).toEqual(['rank 0 step 19 loss 0.5']);
+    expect(log.live.get('rank-0')).toBe(next);
+    // the bar's last state ends its line: shown once, the live line gone
+    const done = '100%|██████████| 38/38 [00:38<00:00]';
+    expect(log.push({ source: 'rank-0', line: done }).map(r => r.line)).toEqual([done]);
+    expect(log.live.has('rank-0')).toBe(false);
+    // an ordinary line after an ordinary line is untouched
+    expect(log.push({ source: 'rank-0', line: 'plain | line 100%' }).map(r => r.line)).toEqual(['plain | line 100%']);
+  });
+});

@@ -1,6 +1,6 @@
 import { isFinished, statusKey } from '../jobs';
 import { MetricSeries, parseReport } from '../metrics';
-import { formatEta, numericMetrics, progressText, TrainerStatusFeed } from '../progress';
+import { formatEta, numericMetrics, progressLabel, progressText, TrainerStatusFeed } from '../progress';
 
 describe('progress texts', () => {
   it('formats the ETA for a narrow column', () => {
@@ -46,5 +46,17 @@ describe('Suspended', () => {
   it('is a known status with its own badge, not a finished one', () => {
     expect(statusKey('Suspended')).toBe('suspended');
     expect(isFinished('Suspended')).toBe(false);
+  });
+});
+
+describe('one way to write progress (issue 22)', () => {
+  it('no ETA on a suspended or ended job, never 100% with an ETA', () => {
+
+    expect(progressLabel(45, 185, 'Running')).toBe('45% \u00b7 ETA 3m 05s');
+    expect(progressLabel(100, 0, 'Running')).toBe('100%');
+    expect(progressLabel(100, 4, 'Running')).toBe('100%');
+    expect(progressLabel(45, 185, 'Suspended')).toBe('45%');
+    expect(progressLabel(45, 185, 'Complete')).toBe('45%');
+    expect(progressLabel(45, 185, 'Failed')).toBe('45%');
   });
 });
