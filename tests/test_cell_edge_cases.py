@@ -55,13 +55,15 @@ def test_ten_megabyte_cell_is_refused_fast(shell, capsys, record_property):  # n
     assert isinstance(exc, KFMagicError), repr(exc)
     assert "10,485,7" in str(exc) and "131,071" in str(exc), str(exc)
     assert "kf-jupyter:" in out + err and "Traceback" not in out + err
-    assert seconds < 5.0, f"refusing a 10 MB cell took {seconds:.1f} s"
+    # Not a speed target: it catches a refusal that tokenizes or ships the body (minutes), with room
+    # for a loaded 2-core machine (7.5 s was seen at load ~16).
+    assert seconds < 30.0, f"refusing a 10 MB cell took {seconds:.1f} s"
     assert local_jobs(shell) == []
     # Called directly (no input transformers: nbclient-style or `run_cell_magic`), the same.
     t0 = time.monotonic()
     with pytest.raises(KFMagicError, match="131,071"):
         shell.run_cell_magic("mpitrain", "", body)
-    assert time.monotonic() - t0 < 5.0
+    assert time.monotonic() - t0 < 30.0
     assert local_jobs(shell) == []
 
 

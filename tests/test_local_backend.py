@@ -204,7 +204,9 @@ def test_rank_failure_fails_fast_names_rank_and_leaves_no_orphans(client):
     name = client.train(plain(2, func=rank_one_raises))
     with pytest.raises(JobFailedError, match="Rank 1 failed") as err:
         client.wait_for_job_status(name, timeout=DEADLINE)
-    assert time.monotonic() - t0 < 10  # rank 0 would sleep 60 s: it was stopped
+    # Rank 0 would sleep 60 s: finishing well inside that proves it was stopped. The bound is not a
+    # speed target (11-14 s was seen at load 10-20 on 2 cores), so it leaves room for a loaded machine.
+    assert time.monotonic() - t0 < 40
     job = client.get_job(name)
     assert job.status == "Failed" and job.reason == "FailedJobs"
     assert "exit code 1" in job.message

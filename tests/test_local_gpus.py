@@ -349,7 +349,11 @@ def test_a_job_waits_for_devices_another_kernels_job_holds(
     job = cold.get_job(second)
     assert job.status == CREATED and job.gpus == {}
     assert job.message == f"waiting for 1 GPU, 0 free (the others are held by job {first})"
-    assert any(e.reason == "WaitingForGPUs" for e in cold.get_job_events(second))
+    # The supervisor writes the status, then appends the event: wait for it rather than race it.
+    wait_until(
+        lambda: any(e.reason == "WaitingForGPUs" for e in cold.get_job_events(second)),
+        what="the WaitingForGPUs event",
+    )
     time.sleep(1.0)  # it keeps waiting while they are held
     assert status_of(cold, second) == CREATED and envs(cold, second) == []
     gate.write_text("")
