@@ -103,14 +103,13 @@ def test_notebook_torch_cell_monitor_result_dryrun_freenames_syntax(state_dir, t
     assert progress and progress[0]["value"] == pytest.approx(1.0)
     assert any("data-metric='loss'" in str(v) for v in values)
     assert _text(nb.cells[3]).strip() == "Complete {'lr': 0.25, 'world': 2}"
+    # The dry run is one display: a summary table (HTML) and, as text, the summary as YAML
+    # comments followed by the manifest, so the text stays valid YAML.
+    dry = [o for o in nb.cells[4].outputs if o.output_type == "display_data"]
+    assert len(dry) == 1 and "text/html" in dry[0].data, nb.cells[4].outputs
+    assert "nb-dry" in dry[0].data["text/html"]
     manifest = next(  # the TrainJob, then the workspace ConfigMap
-        yaml.safe_load_all(
-            "".join(
-                o.text
-                for o in nb.cells[4].outputs
-                if o.output_type == "stream" and o.name == "stdout"
-            )
-        )
+        yaml.safe_load_all(dry[0].data["text/plain"])
     )
     assert manifest["metadata"]["name"] == "nb-dry"
     assert_valid_trainjob(manifest)

@@ -412,6 +412,7 @@ _TORCH_ROOT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitc
 _MPI_ROOT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(-?\d+)")
 _MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 _EXEC = re.compile(r"^exec\s+([\w.+/-]+)", re.MULTILINE)
+_RELAY = re.compile(r"--mpi-relay\s+(\S+)")
 
 
 def describe_exit(code: int) -> str:
@@ -430,7 +431,10 @@ def program_of(argv: list[str]) -> str:
     if len(argv) >= 3 and os.path.basename(argv[0]) in ("bash", "sh") and argv[1] == "-c":
         m = _EXEC.search(argv[2])
         if m:
-            return os.path.basename(m.group(1))
+            # The MPI launcher execs the runner's relay, which locally execs mpirun in turn
+            # (entrypoint._kfj_mpi_relay): the process that runs is mpirun.
+            relay = _RELAY.search(argv[2], m.start())
+            return os.path.basename((relay or m).group(1))
     return os.path.basename(argv[0]) if argv else "?"
 
 
