@@ -91,6 +91,10 @@ def failure_from_pods(pods: Iterable[dict[str, Any]] | None) -> Failure | None:
 def failure_text(failure: Failure, max_lines: int = TRACEBACK_LINES) -> str:
     """`Rank 1 failed: NameError: ...` (the message's first line) then the user's traceback:
     at most `max_lines` lines, always with the user's innermost frames and the exception."""
-    what = failure.exc_type + (f": {short_message(failure.message)}" if failure.message else "")
     lines = short_traceback(failure.traceback, max_lines)
+    # The headline keeps the message's first line whole up to 1,000 characters: the traceback
+    # cuts each line at 300, and a one-paragraph error (ours, e.g. SetupCollisionError) ends
+    # with the advice (`--no-setup`). Long multi-line messages (arrays) keep their first line.
+    message = short_message(failure.message, max_chars=1000)
+    what = failure.exc_type + (f": {message}" if failure.message else "")
     return f"{failure.source} failed: {what}" + ("\n" + "\n".join(lines) if lines else "")

@@ -122,7 +122,9 @@ def test_python_api_script_on_mpi(client, tmp_path):
     name = client.train(trainer)
     client.wait_for_job_status(name, timeout=240)
     lines = [r.line for r in client.backend.iter_log_records(name)]
-    assert "hi there 0 of 2" in lines and "hi there 1 of 2" in lines
+    # deepspeed-distributed runs the launcher as a node: num_nodes=1 is the launcher plus one
+    # node pod, two hosts of 2 slots, 4 ranks, as on a cluster (mpi.go; docs/decisions.md).
+    assert {f"hi there {r} of 4" for r in range(4)} <= set(lines), lines
 
 
 FUTURE_CELL = """\
