@@ -58,6 +58,8 @@ MAX_BODY = 1 << 16  # the Trainer's status server limit (64 KiB)
 MAX_METRICS = 256  # the CRD's maxItems
 MAX_METRIC_TEXT = 64  # the CRD's maxLength of a metric's name and value
 MAX_HEADER = (1 << 20) + 4096  # net/http's DefaultMaxHeaderBytes and its slack
+LINGER_S = 1.0  # how long a refused body is read out before close (net/http waits 500 ms)
+LINGER_MAX = 4 << 20  # and at most this much of it
 MAX_DISCARD = 256 << 10  # net/http reads out at most this much of an unread body to reuse a conn
 MAX_CONNECTIONS = 64  # open at once; the oldest one not mid-request goes for a new one
 READ_TIMEOUT = 10.0  # the Trainer's readTimeout (TLS handshake, then each request)
@@ -569,11 +571,12 @@ def _response(
 class _Conn:
     """One accepted connection: its task, transport, and whether it is mid-answer."""
 
-    __slots__ = ("busy", "sock", "task", "transport")
+    __slots__ = ("busy", "linger", "sock", "task", "transport")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.busy = False
+        self.linger = False
         self.task: Any = None
         self.transport: Any = None
 
@@ -696,6 +699,19 @@ class _Server:
             graceful = False
         finally:
             self.conns.pop(id(conn), None)
+            if writer is not None and graceful and conn.linger:
+                # net/http's closeWriteAndWait: the client may still be sending the body we
+                # did not read; closing with it unread makes the kernel send a reset, and the
+                # client sees "connection reset"/EOF instead of our answer. Read it out (a
+                # bounded amount, for a bounded time) so the answer arrives.
+                with contextlib.suppress(BaseException):
+                    async with asyncio.timeout(LINGER_S):
+                        drained = 0
+                        while drained < LINGER_MAX:
+                            chunk = await reader.read(65536)
+                            if not chunk:
+                                break
+                            drained += len(chunk)
             if writer is not None and graceful:
                 with contextlib.suppress(BaseException):
                     writer.close()
@@ -818,6 +834,7 @@ class _Server:
             extra: tuple[tuple[str, str], ...] = (),
         ) -> bool:
             keep = await self._settle(reader, writer, req, deadline)
+            conn.linger = not keep and req.unread
             await self._send(conn, writer, _response(code, body, ctype, keep, head_only, extra))
             return keep
 
