@@ -94,6 +94,7 @@ def _payload(trainer: BaseTrainer, rc: RuntimeConfig) -> Payload:
         index_urls=tuple(rc.index_urls),
         argv0=argv0 if isinstance(argv0, str) else "",
         argv=validate_script_args(trainer.script_args),
+        env_names=tuple(rc.env or ()),
     )
 
 

@@ -46,3 +46,26 @@ def test_mpi_rank_zero_progress_reaches_trainer_status(backend: Any) -> None:
     assert ts is not None  # before: never posted
     assert ts.progress_percentage == 50  # rank 0's, not rank 1's 90
     assert ts.metrics == {"loss": "0.25", "step": "1"}
+
+
+def mpi_env() -> str:
+    import os
+
+    rank = os.environ["OMPI_COMM_WORLD_RANK"]
+    print(f"rank {rank} greeting={os.environ.get('GREETING')}", flush=True)
+    return os.environ.get("GREETING", "")
+
+
+def test_mpi_ranks_on_node_pods_see_the_jobs_env(backend: Any) -> None:
+    """A rank on a `node` pod runs in an SSH session, which gets none of the pod's env: the
+    job's env reaches it only when mpirun forwards it (`-x NAME`). Before, rank 0 (on node-0)
+    saw no GREETING on a cluster (the harness now starts such ranks with the session's env)."""
+    from kf_jupyter import RuntimeConfig
+
+    name = backend.train(
+        MPITrainer(func=mpi_env, num_nodes=2), runtime_config=RuntimeConfig(env={"GREETING": "hi"})
+    )
+    assert backend.wait_for_job_status(name, timeout=240).status == COMPLETE
+    lines = [line.split("] ")[-1] for line in backend.get_job_logs(name) if "greeting=" in line]
+    assert sorted(lines) == ["rank 0 greeting=hi", "rank 1 greeting=hi"]
+    assert backend.get_job_result(name) == "hi"  # rank 0, on node-0

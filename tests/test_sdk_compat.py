@@ -768,11 +768,6 @@ def test_importing_the_sdk_layer_stays_light() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skip(
-    reason="KNOWN DEFECT (issue 19, open): since the MPI relay and world-size changes, rank 1 of "
-    "this deepspeed-distributed job on the harness fails 'No module named mpi4py'; not yet "
-    "diagnosed, see the closing note of that session"
-)
 def test_mpi_snippet_on_the_api_server_names_steps_as_the_sdk(k8s_client) -> None:
     job = k8s_client.train(
         runtime="deepspeed-distributed", trainer=CustomTrainer(func=mpi_hello, num_nodes=2)

@@ -108,6 +108,8 @@ class Payload:
     #: The program's sys.argv[0] ('' = the shipped file) and sys.argv[1:] (script arguments).
     argv0: str = ""
     argv: tuple[str, ...] = ()
+    #: Names of the job's own env (`trainer.env`): MPI forwards them to ranks on other pods.
+    env_names: tuple[str, ...] = ()
 
 
 class Policy:

@@ -57,10 +57,12 @@ class MPIPolicy(Policy):
             + " ".join(["exec", "python3", *self.invocation(trainer, payload)])
             + "\n"
         )
-        # Index URLs reach ranks on other nodes through the environment (-x NAME forwards it
-        # by name): their credentials must never be in mpirun's argv.
+        # A rank on another pod runs in an SSH session, which gets none of the pod's env: the
+        # job's env and the index URLs reach it only as mpirun forwards them (-x NAME, by name:
+        # the URLs' credentials must never be in mpirun's argv).
         urls = payload.index_urls if payload.packages else ()
-        forward = "".join(f"-x {n} " for n in program.index_env(urls))
+        names = dict.fromkeys([*payload.env_names, *program.index_env(urls)])
+        forward = "".join(f"-x {program.quote(n)} " for n in names)
         # The hostfile is named on the command line, which OpenMPI 4 and 5 both read (OpenMPI 5,
         # the deepspeed image's, ignores OMPI_MCA_orte_default_hostfile). mpirun runs under the
         # runner's relay, which posts rank 0's reports (entrypoint._kfj_mpi_relay).

@@ -9,6 +9,12 @@ wrapper runs the real ``mpirun`` with each rank started through ``--rank``: it f
 host in ``hostfile.k8s`` (the real hostfile, beside the local one; ranks fill hosts in order,
 ``slots`` each) and removes those variables unless the host is the launcher pod.
 
+A rank on a ``node`` pod runs in an SSH session there (OpenMPI's rsh launcher starts ``orted``
+over SSH), and sshd gives a session none of the container's environment: the rank sees only what
+``mpirun`` forwards, the ``OMPI_*``/``PMIX_*`` variables and the names given with ``-x``. So the
+wrapper also removes the pod's own variables (``STANDIN_POD_ENV``, the names of the container's
+``env``) from ranks off the launcher, unless ``-x`` forwards them.
+
 The stand-in puts a directory with an ``mpirun`` that runs this file first on a launcher pod's
 PATH, with ``STANDIN_REAL_MPIRUN`` naming the real one (see ``install``).
 """
@@ -43,7 +49,7 @@ def _hosts(path: str) -> list[tuple[str, int]]:
 
 
 def _rank(argv: list[str]) -> None:
-    hostfile, program = argv[0], argv[1:]
+    hostfile, forwarded, program = argv[0], set(argv[1].split(",")), argv[2:]
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     host = ""
     for name, slots in _hosts(hostfile):
@@ -55,6 +61,10 @@ def _rank(argv: list[str]) -> None:
     if "-launcher-" not in host:
         for key in _LAUNCHER_ONLY:
             env.pop(key, None)
+        for key in os.environ.get("STANDIN_POD_ENV", "").split(","):
+            if key not in forwarded and not key.startswith(("OMPI_", "PMIX_")):
+                env.pop(key, None)
+    env.pop("STANDIN_POD_ENV", None)
     os.execvpe(program[0], program, env)
 
 
@@ -63,13 +73,19 @@ def _mpirun(argv: list[str]) -> None:
     if not real:
         sys.exit("stand-in mpirun: STANDIN_REAL_MPIRUN is not set")
     i, hostfile = 0, os.environ.get("OMPI_MCA_orte_default_hostfile", "")
+    forwarded = []
     while i < len(argv) and argv[i].startswith("-"):
         if argv[i] in ("--hostfile", "-hostfile", "--machinefile", "-machinefile"):
             hostfile = argv[i + 1]
+        if argv[i] == "-x":
+            forwarded.append(argv[i + 1].split("=")[0])
         i += 3 if argv[i] in _TWO else 2 if argv[i] in _ONE else 1
     k8s = os.path.join(os.path.dirname(hostfile), "hostfile.k8s")
-    wrapper = [sys.executable, os.path.abspath(__file__), "--rank", k8s]
-    os.execv(real, [real, *argv[:i], *wrapper, *argv[i:]])
+    wrapper = [sys.executable, os.path.abspath(__file__), "--rank", k8s, ",".join(forwarded)]
+    # argv[0] is the bare name, as when a pod's command runs `mpirun` from PATH: OpenMPI takes
+    # an absolute argv[0] as `--prefix` and puts <prefix>/bin (here /usr/bin, the system
+    # python3 without the job's packages) first on every rank's PATH.
+    os.execv(real, ["mpirun", *argv[:i], *wrapper, *argv[i:]])
 
 
 def install(directory: str) -> dict[str, str]:

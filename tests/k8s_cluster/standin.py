@@ -1010,6 +1010,7 @@ class StandIn:
                 shim = str(self.workdir / "mpirun-standin")
                 penv.update(mpirun_standin.install(shim))
                 penv["PATH"] = f"{shim}:{penv['PATH']}"
+                penv["STANDIN_POD_ENV"] = ",".join(e["name"] for e in c.get("env", []))
             with pod.log_path.open("ab") as out:
                 try:
                     pod.proc = subprocess.Popen(
