@@ -66,6 +66,18 @@ def _shape(plan: Mapping[str, Any], spec: Mapping[str, Any], trainer: Any) -> st
     return f"{n} × {p}{total} (nodes: {why_n}; processes: {why_p})"
 
 
+def _world(world: Mapping[str, Any]) -> str:
+    """The world a backend worked out (`build.describe_processes`): size, per node, why."""
+    hosts = world.get("hosts")  # MPI: the hostfile's hosts (a count)
+    count = hosts if isinstance(hosts, int) else world.get("num_nodes")
+    unit = "host" if isinstance(hosts, int) else "node"
+    where = f" × {_plural(int(count), unit)}" if isinstance(count, int) else ""
+    return (
+        f"{_plural(int(world.get('world_size') or 0), 'process')}: "
+        f"{world.get('processes_per_node')} per node{where} ({world.get('why')})"
+    )
+
+
 def _env(spec: Mapping[str, Any]) -> str:
     items = []
     for e in spec.get("env") or []:
@@ -138,6 +150,11 @@ def summary_lines(
         f"job        {(job.get('metadata') or {}).get('name', '?')} ({where})",
         f"runtime    {ref.get('name', '?')} ({ref.get('kind', 'runtime')})",
         f"shape      {_shape(plan, spec, trainer)}",
+        *(
+            [f"world      {_world(plan['world'])}"]
+            if isinstance(plan.get("world"), Mapping)
+            else []
+        ),
         f"image      {spec.get('image') or 'the runtime' + chr(39) + 's'}",
         f"resources  {resources}",
         f"env        {_env(spec)}",

@@ -202,11 +202,13 @@ def workdir(subdir: str = "") -> str:
     )
 
 
-def materialise(source: str | None, args_json: str, runner: str) -> str:
+def materialise(source: str | None, args_json: str, runner: str | None) -> str:
     """Shell lines that write the payloads into the job's work directory, exactly (after
-    `workdir`, which sets `$kfj_dir`); `source=None` writes the runner only."""
+    `workdir`, which sets `$kfj_dir`); `source=None` writes the runner only, `runner=None`
+    the source and args only."""
     files = [("kf_func.py", source), ("kf_args.json", args_json)] if source is not None else []
-    files.append(("kf_entry.py", runner))
+    if runner is not None:
+        files.append(("kf_entry.py", runner))
     return (
         # owner-only (the job store is private whatever the umask); the job keeps its umask
         'kfj_umask="$(umask)"; umask 077\n'

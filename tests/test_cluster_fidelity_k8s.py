@@ -69,3 +69,36 @@ def test_mpi_ranks_on_node_pods_see_the_jobs_env(backend: Any) -> None:
     lines = [line.split("] ")[-1] for line in backend.get_job_logs(name) if "greeting=" in line]
     assert sorted(lines) == ["rank 0 greeting=hi", "rank 1 greeting=hi"]
     assert backend.get_job_result(name) == "hi"  # rank 0, on node-0
+
+
+def xgb_noop() -> None:
+    pass
+
+
+def test_xgboost_with_gpus_waits_unschedulable_with_the_workers_the_tracker_expects(
+    backend: Any, k8s_cluster: Any, k8s_namespace: str
+) -> None:
+    """Item 7 on the harness: the stand-in node has no GPU, so the pods stay Pending with the
+    scheduler's reason, which the tool shows; the pods the Trainer would run carry
+    DMLC_NUM_WORKER = nodes x GPUs and our command starts that many workers (G per pod)."""
+    from kubernetes import client as k8s
+
+    from kf_jupyter import XGBoostTrainer
+    from tests.test_k8s_waiting import _waiting
+
+    trainer = XGBoostTrainer(func=xgb_noop, num_nodes=2, resources_per_node={"gpu": 2})
+    name = backend.train(trainer)
+    job = _waiting(backend, name, "Unschedulable")
+    assert job.status == "Created" and "Insufficient nvidia.com/gpu" in job.message
+    assert any(e.reason == "FailedScheduling" for e in backend.get_job_events(name))
+    pods = k8s.CoreV1Api(k8s_cluster.api_client()).list_namespaced_pod(
+        k8s_namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}"
+    )
+    assert len(pods.items) == 2 and all(not p.spec.node_name for p in pods.items)
+    for pod in pods.items:
+        c = pod.spec.containers[0]
+        env = {e.name: e.value for e in c.env}
+        assert env["DMLC_NUM_WORKER"] == "4"
+        assert c.resources.limits["nvidia.com/gpu"] == "2"
+        assert "KF_JUPYTER_WORKERS_PER_NODE=2 exec python3" in c.command[2]
+    backend.delete_job(name)

@@ -397,3 +397,33 @@ def test_no_writable_directory_is_one_paragraph_naming_the_setting(tmp_path) -> 
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kf-jupyter: this container has no writable")
     assert "readOnlyRootFilesystem" in lines[0] and "emptyDir" in lines[0]
+
+
+def _room(trainer_cls: type, runtime: str, tmp_path: Path) -> int:
+    """The largest script (bytes) whose command still fits, found by bisection."""
+    from kf_jupyter.errors import ValidationError
+
+    def fits(n: int) -> bool:
+        path = tmp_path / "big.py"
+        # a quote per line: the command quotes the source, MPI must not quote it twice
+        path.write_text("".join(f"x = 'it is {i:06d}'\n" for i in range(n // 20)))
+        try:
+            build_trainjob(trainer_cls(script=str(path)), RTS[runtime], name="j")
+        except ValidationError:
+            return False
+        return True
+
+    lo, hi = 0, 140_000
+    while hi - lo > 400:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def test_mpi_command_leaves_the_script_as_much_room_as_torch(tmp_path) -> None:
+    """Issue 19 (f): the MPI command carried the runner twice (and the rank script quoted a
+    second time), leaving about 67 KB for the source where torch leaves about 100 KB."""
+    torch_room = _room(TorchTrainer, "torch-distributed", tmp_path)
+    mpi_room = _room(MPITrainer, "deepspeed-distributed", tmp_path)
+    assert torch_room > 65_000
+    assert mpi_room >= torch_room - 2_000, (mpi_room, torch_room)

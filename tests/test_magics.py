@@ -317,3 +317,23 @@ def test_dry_run_against_a_real_api_server_uses_discovered_runtime(
     assert_valid_trainjob(manifest)
     _, out, _ = run(shell, capsys, "%kf_runtimes --backend kubernetes")
     assert "torch-distributed" in out and "jax-distributed" in out
+
+
+@pytest.mark.parametrize(
+    ("cell", "world"),
+    [
+        ("%%torchtrain -n 2 -p 3", "world      6 processes: 3 per node × 2 nodes"),
+        # MPI on deepspeed-distributed: runLauncherAsNode, 2 hosts for -n 1, 2 slots each
+        ("%%mpitrain -n 1 -p 2", "world      4 processes: 2 per node × 2 hosts"),
+    ],
+)
+def test_offline_kubernetes_dry_run_says_the_world_size(shell, capsys, cell, world):
+    """Issue 19 (d): with no cluster reachable the dry run shows the world (processes per node,
+    world size and why) as the online one does; before, it had none."""
+    text = f"{cell} --backend kubernetes --dry-run\nprint('hi')\n"
+    result, out, err = run(shell, capsys, text)
+    assert result.success, out + err
+    assert "cannot be reached" in err
+    summary = [ln.removeprefix("#   ") for ln in out.splitlines() if ln.startswith("#   ")]
+    line = next((ln for ln in summary if ln.startswith("world ")), "")
+    assert line.startswith(world), summary

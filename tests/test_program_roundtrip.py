@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from kf_jupyter import program
 from kf_jupyter.policies import Payload, get_policy
+from kf_jupyter.policies.mpi import MPIPolicy
 from kf_jupyter.trainers import TorchTrainer
 
 BASH = shutil.which("bash") or "/bin/bash"
@@ -100,12 +101,12 @@ def test_every_policy_ships_exactly(policy: str, shim: Path, tmp_path: Path) -> 
     proc = _run(script, work, shim)
     assert proc.returncode == 0, proc.stderr
     written = list(work.rglob("kf_func.py")) or [work / "kf_func.py"]
-    if policy == "mpi":  # the stand-in mpirun does not start ranks: run the inner script as rank 0
-        inner = script.split(" bash -c ", 1)[1].rstrip("\n")
+    if policy == "mpi":  # the stand-in mpirun does not start ranks: run the script as rank 0
         proc = subprocess.run(
-            [BASH, "-c", f"exec bash -c {inner}"],
+            [BASH, "-c", script, MPIPolicy.RANK_ARG0],
             env={"PATH": f"{shim}:/usr/bin:/bin", "KF_JUPYTER_WORKDIR": str(work)},
             capture_output=True,
+            timeout=30,
         )
         assert proc.returncode == 0, proc.stderr
         written = [work / "rank-0" / "kf_func.py"]

@@ -616,13 +616,18 @@ class KubeflowMagics(Magics):
             runtime = defaults.get(rt_name) or Runtime(
                 name=rt_name, framework=trainer.framework, ml_policy=trainer.policy
             )
-            plan = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
             from ..backends.kubernetes.workspace import prepare
+            from ..build import describe_processes, job_shape
+            from ..config import mask_object
 
-            carrier = prepare(plan, trainer, rc, os.getcwd())
-            if carrier is not None:
-                ns = args.namespace or self.namespace
-                plan = {"trainjob": plan, "namespace": ns, **carrier.preview()}
+            job = build_trainjob(trainer, runtime, rc, options, backend="kubernetes")
+            carrier = prepare(job, trainer, rc, os.getcwd())
+            shape = job_shape(trainer, runtime, job["metadata"]["name"])
+            plan = mask_object(  # as the online dry run gives it (KubernetesBackend.dry_run)
+                {"backend": "kubernetes", "namespace": args.namespace or self.namespace}
+                | {"trainjob": job, "world": describe_processes(shape, trainer.policy)}
+                | (carrier.preview() if carrier is not None else {})
+            )
             why = str(exc).split(". ")[0] if isinstance(exc, KFJupyterError) else "not available"
             print(
                 f"kf-jupyter: the cluster cannot be reached ({why}); this manifest uses runtime "

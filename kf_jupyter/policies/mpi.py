@@ -48,15 +48,15 @@ class MPIPolicy(Policy):
             return Procs(gpus, str(gpus), f"one slot per GPU ({gpus} GPUs per node)")
         return Procs(nproc, str(nproc), f"{nproc} slots per host (the runtime's numProcPerNode)")
 
+    #: `$0` of the script when mpirun runs it as a rank (`bash -c SCRIPT kf-jupyter-mpi-rank`).
+    RANK_ARG0 = "kf-jupyter-mpi-rank"
+
     def script(self, trainer: Any, payload: Payload, shape: JobShape | None = None) -> str:
-        inner = (
-            "set -e\n"
-            + program.workdir(subdir="/rank-${OMPI_COMM_WORLD_RANK:-0}")
-            + program.materialise(payload.source, payload.args_json, payload.runner)
-            + program.pip_prelude(payload.packages, payload.index_urls)
-            + " ".join(["exec", "python3", *self.invocation(trainer, payload)])
-            + "\n"
-        )
+        """One script for the launcher and every rank: the launcher (`$0` is `bash`) writes
+        the runner and execs mpirun under the runner's relay, which starts the same script
+        (bash's `$BASH_EXECUTION_STRING`) on each rank; a rank writes the function, its args
+        and the runner into its own folder (ranks on other pods do not share the launcher's
+        disk) and runs it. Each payload is in the command once."""
         # A rank on another pod runs in an SSH session, which gets none of the pod's env: the
         # job's env and the index URLs reach it only as mpirun forwards them (-x NAME, by name:
         # the URLs' credentials must never be in mpirun's argv).
@@ -67,12 +67,21 @@ class MPIPolicy(Policy):
         # the deepspeed image's, ignores OMPI_MCA_orte_default_hostfile). mpirun runs under the
         # runner's relay, which posts rank 0's reports (entrypoint._kfj_mpi_relay).
         hostfile = f'"${{{self.HOSTFILE_ENV}:-{self.HOSTFILE}}}"'
+        rank = f'[ "$0" = {self.RANK_ARG0} ]'
         return program.check_size(
             "set -e\n"
-            + program.workdir(subdir="/launcher")
+            + f'if {rank}; then kfj_sub="/rank-${{OMPI_COMM_WORLD_RANK:-0}}"; '
+            + 'else kfj_sub="/launcher"; fi\n'
+            + program.workdir(subdir="$kfj_sub")
             + program.materialise(None, "", payload.runner)
+            + f"if ! {rank}; then\n"
             + f'exec python3 "$kfj_dir/kf_entry.py" --mpi-relay mpirun --hostfile {hostfile} '
-            + f"{forward}bash -c {program.quote(inner)}\n"
+            + f'{forward}bash -c "$BASH_EXECUTION_STRING" {self.RANK_ARG0}\n'
+            + "fi\n"
+            + program.materialise(payload.source, payload.args_json, None)
+            + program.pip_prelude(payload.packages, payload.index_urls)
+            + " ".join(["exec", "python3", *self.invocation(trainer, payload)])
+            + "\n"
         )
 
     def launcher_env(self, slots: int, hostfile: str) -> dict[str, str]:
@@ -112,6 +121,9 @@ class MPIPolicy(Policy):
                 self.HOSTFILE_ENV: hostfile,
                 "OMPI_MCA_hwloc_base_binding_policy": "none",
                 "OMPI_MCA_rmaps_base_oversubscribe": "1",
+                # the same for OpenMPI 5, whose runtime (PRRTE) reads PRTE_MCA_* names
+                "PRTE_MCA_hwloc_default_binding_policy": "none",
+                "PRTE_MCA_rmaps_default_mapping_policy": "slot:oversubscribe",
                 "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
             }
         )
