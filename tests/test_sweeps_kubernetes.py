@@ -17,8 +17,6 @@ from kf_jupyter.sweeps import engine as eng
 from kf_jupyter.sweeps import kubernetes as ks
 from kf_jupyter.sweeps.space import Param
 
-pytestmark = pytest.mark.slow
-
 
 def objective(lr: str, width: str = "8") -> None:
     import os
@@ -99,6 +97,7 @@ def _gone(sweeps: ks.KubernetesSweeps, name: str, timeout: float = 60) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_sweep_runs_trials_as_trainjobs_and_records_a_failed_one(sweeps, k8s_cluster) -> None:
     from kubernetes import client as k8s
 
@@ -140,6 +139,7 @@ def test_sweep_runs_trials_as_trainjobs_and_records_a_failed_one(sweeps, k8s_clu
         other.read("sw-grid")
 
 
+@pytest.mark.slow
 def test_cancel_suspends_running_trials_and_keeps_them(sweeps) -> None:
     spec = eng.SweepSpec(
         name="sw-cancel",
@@ -171,6 +171,7 @@ def sleeper(lr: str) -> None:
     time.sleep(120)
 
 
+@pytest.mark.slow
 def test_a_silent_driver_reads_as_lost(sweeps, monkeypatch) -> None:
     spec = eng.SweepSpec(
         name="sw-lost",
@@ -207,3 +208,67 @@ def test_record_curves_are_thinned_to_fit_a_configmap() -> None:
     assert out["metrics"]["loss"]["latest"] == "49999"
     assert out["history"]["loss"]["values"][-1] == "49999"
     assert len(out["history"]["loss"]["values"]) == len(out["history"]["loss"]["steps"])
+
+
+class _Core:
+    """A ConfigMap API that fails as told: a list of exceptions (or None) per call, in order."""
+
+    def __init__(self, failures: list[Exception | None]) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def _next(self) -> None:
+        self.calls += 1
+        exc = self.failures.pop(0) if self.failures else None
+        if exc is not None:
+            raise exc
+
+    def read_namespaced_config_map(self, name: str, namespace: str) -> Any:
+        from types import SimpleNamespace
+
+        self._next()
+        return SimpleNamespace(metadata=SimpleNamespace(annotations={}))
+
+    def patch_namespaced_config_map(self, name: str, namespace: str, body: Any) -> None:
+        self._next()
+
+
+def _api(failures: list[Exception | None]) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(core=_Core(failures), namespace="ns")
+
+
+def test_driver_rides_out_a_passing_api_failure_and_stops_when_its_record_is_deleted() -> None:
+    from kubernetes.client.rest import ApiException
+
+    store = ks.ConfigMapStore(_api([ApiException(status=503), None]), "sw")
+    assert store.cancel_requested() is False  # retried, not fatal
+    assert store.api.core.calls >= 2
+    store.save({"trials": []})
+    gone = ks.ConfigMapStore(_api([ApiException(status=404)]), "sw")
+    assert gone.cancel_requested() is True  # deleted under the driver: stop
+    gone.save({"trials": []})  # nothing to write, no error
+    refused = ks.ConfigMapStore(_api([ApiException(status=403)]), "sw")
+    with pytest.raises(ApiException):
+        refused.cancel_requested()
+
+
+def test_patient_client_retries_unreachable_but_not_missing_jobs() -> None:
+    from kf_jupyter.errors import ClusterUnreachableError, JobNotFoundError
+
+    class Flaky:
+        def __init__(self, errors: list[Exception]) -> None:
+            self.errors = errors
+
+        def get_job(self, name: str) -> str:
+            if self.errors:
+                raise self.errors.pop(0)
+            return name
+
+        backend_name = "kubernetes"
+
+    assert ks.PatientClient(Flaky([ClusterUnreachableError("down")])).get_job("t") == "t"
+    with pytest.raises(JobNotFoundError):
+        ks.PatientClient(Flaky([JobNotFoundError("gone")])).get_job("t")
+    assert ks.PatientClient(Flaky([])).backend_name == "kubernetes"

@@ -63,6 +63,8 @@ DRIVER_LOST_SECONDS = 120.0
 #: How often the driver looks at its running trials (each look reads each one's TrainJob and
 #: pods: two requests per running trial).
 POLL_SECONDS = 1.0
+#: How long the driver rides out an API server that does not answer before it gives up.
+GIVE_UP_SECONDS = 300.0
 #: A ConfigMap holds at most 1 MiB; the record's curves are thinned to stay below this.
 RECORD_MAX_BYTES = 900_000
 #: The resource the Trainer's (post-v2.3.0, controller-less) OptimizationJob CRD serves.
@@ -122,28 +124,67 @@ def fit_record(record: dict[str, Any], limit: int = RECORD_MAX_BYTES) -> str:
 
 
 class ConfigMapStore:
-    """`engine.SweepStore` on the sweep's ConfigMap (the driver's side)."""
+    """`engine.SweepStore` on the sweep's ConfigMap (the driver's side).
+
+    A request that fails for a passing reason (connection, 429, 5xx) is retried for up to
+    `GIVE_UP_SECONDS`, so a blip of the API server does not end the sweep. A record deleted
+    under the driver (kubectl delete configmap) means cancel: the driver stops its trials.
+    """
 
     def __init__(self, api: Any, name: str) -> None:
         self.api = api
         self.name = name
         self.cancelled = threading.Event()
+        self.gone = False
         self._beat = 0.0
 
+    def _call(self, fn: Any, *args: Any) -> Any:
+        from ..backends.kubernetes.errors import retryable
+
+        deadline = time.monotonic() + GIVE_UP_SECONDS
+        delay = 0.5
+        while True:
+            try:
+                return fn(*args)
+            except Exception as exc:
+                if getattr(exc, "status", None) == 404:
+                    self.gone = True
+                    raise
+                if not retryable(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
     def save(self, record: dict[str, Any]) -> None:
-        """Write the record (and the heartbeat)."""
+        """Write the record (and the heartbeat); nothing to do once the record is gone."""
+        if self.gone:
+            return
         self._beat = _now()
         patch = {
             "metadata": {"annotations": {HEARTBEAT_ANNOTATION: _iso(self._beat)}},
             "data": {RECORD_KEY: fit_record(record)},
         }
-        self.api.core.patch_namespaced_config_map(self.name, self.api.namespace, patch)
+        try:
+            self._call(
+                self.api.core.patch_namespaced_config_map, self.name, self.api.namespace, patch
+            )
+        except Exception:
+            if not self.gone:
+                raise
 
     def cancel_requested(self) -> bool:
-        """A SIGTERM, or the cancel annotation (read every look; the heartbeat is renewed)."""
-        if self.cancelled.is_set():
+        """A SIGTERM, the cancel annotation, or the record deleted (read every look; the
+        heartbeat is renewed every `HEARTBEAT_SECONDS`)."""
+        if self.cancelled.is_set() or self.gone:
             return True
-        obj = self.api.core.read_namespaced_config_map(self.name, self.api.namespace)
+        try:
+            obj = self._call(
+                self.api.core.read_namespaced_config_map, self.name, self.api.namespace
+            )
+        except Exception:
+            if self.gone:
+                return True
+            raise
         notes = obj.metadata.annotations or {}
         if _now() - self._beat > HEARTBEAT_SECONDS:
             self._beat = _now()
@@ -151,6 +192,33 @@ class ConfigMapStore:
             with contextlib.suppress(Exception):
                 self.api.core.patch_namespaced_config_map(self.name, self.api.namespace, beat)
         return notes.get(CANCEL_ANNOTATION) == "true"
+
+
+class PatientClient:
+    """kf-jupyter's `TrainerClient` for the driver: `get_job` rides out a passing failure of
+    the API server (up to `GIVE_UP_SECONDS`) instead of recording the trial as lost."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_job(self, name: str) -> Any:
+        """The trial's job; a missing job or a refusal raises at once."""
+        from ..errors import BackendError, ClusterUnreachableError
+
+        deadline = time.monotonic() + GIVE_UP_SECONDS
+        delay = 0.5
+        while True:
+            try:
+                return self._client.get_job(name)
+            except KFJupyterError as exc:
+                passing = type(exc) in (ClusterUnreachableError, BackendError)
+                if not passing or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 def _iso(t: float) -> str:
@@ -167,11 +235,12 @@ def _parse_iso(text: Any) -> float | None:
 class KubernetesSweeps:
     """Start, read, cancel and delete sweeps of one namespace (any process, any machine)."""
 
-    def __init__(self, config: KubernetesBackendConfig | None = None) -> None:
+    def __init__(self, config: KubernetesBackendConfig | None = None, client: Any = None) -> None:
         from ..client import TrainerClient
 
         self.config = config or KubernetesBackendConfig()
-        self.client = TrainerClient(self.config)
+        #: kf-jupyter's `TrainerClient` on the cluster (one may be passed to share it).
+        self.client = client if client is not None else TrainerClient(self.config)
         self.api: Any = self.client.backend
         self.namespace: str = self.api.namespace
 
@@ -403,7 +472,7 @@ def main(folder: str) -> None:
     record = sweeps.read(name)
     spec = eng.SweepSpec.from_dict(record["spec"])
     engine = eng.SweepEngine(
-        sweeps.client,
+        PatientClient(sweeps.client),
         spec,
         template,
         store,
