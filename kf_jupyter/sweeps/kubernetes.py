@@ -246,27 +246,38 @@ class KubernetesSweeps:
 
     # -- the ConfigMap ------------------------------------------------------------------------
 
-    def _read_cm(self, name: str) -> Any:
-        if not isinstance(name, str) or not name:
-            raise ValidationError(f"{name!r} is not a sweep name.")
+    def _cm(self, verb: str, method: str, *args: Any, name: str | None = None, **kw: Any) -> Any:
+        """One ConfigMap request, as raw JSON; a missing sweep and every other failure become
+        kf-jupyter's one-paragraph errors (a 403 names the missing permission)."""
+        from ..backends.kubernetes.errors import Where
+
         try:
-            cm = self.api.core.read_namespaced_config_map(name, self.namespace)
+            resp = getattr(self.api.core, method)(*args, _preload_content=False, **kw)
+            return json.loads(resp.data) if resp.data else {}
         except Exception as exc:
-            if getattr(exc, "status", None) == 404:
+            if getattr(exc, "status", None) == 404 and name is not None:
                 raise JobNotFoundError(
                     f"No sweep named {name!r} in namespace {self.namespace!r}. "
                     "OptimizerClient(...).list_jobs() lists the sweeps."
                 ) from None
-            raise
-        if (cm.metadata.labels or {}).get(RECORD_LABEL) != name:
+            raise self.api._error(exc, Where(verb, "configmaps", self.namespace, name)) from None
+
+    def _read_cm(self, name: str) -> dict[str, Any]:
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"{name!r} is not a sweep name.")
+        cm = self._cm("get", "read_namespaced_config_map", name, self.namespace, name=name)
+        if (cm.get("metadata", {}).get("labels") or {}).get(RECORD_LABEL) != name:
             raise JobNotFoundError(
                 f"ConfigMap {name!r} in namespace {self.namespace!r} is not a kf-jupyter sweep."
             )
         return cm
 
-    def _record(self, cm: Any) -> dict[str, Any]:
-        rec: dict[str, Any] = json.loads((cm.data or {}).get(RECORD_KEY) or "{}")
-        notes = cm.metadata.annotations or {}
+    def _patch_cm(self, name: str, body: dict[str, Any]) -> None:
+        self._cm("patch", "patch_namespaced_config_map", name, self.namespace, body, name=name)
+
+    def _record(self, cm: dict[str, Any]) -> dict[str, Any]:
+        rec: dict[str, Any] = json.loads((cm.get("data") or {}).get(RECORD_KEY) or "{}")
+        notes = cm.get("metadata", {}).get("annotations") or {}
         if rec.get("status") in eng.SWEEP_TERMINAL:
             return rec
         beat = _parse_iso(notes.get(HEARTBEAT_ANNOTATION))
@@ -289,9 +300,10 @@ class KubernetesSweeps:
 
     def list(self) -> list[dict[str, Any]]:
         """Every sweep's record in the namespace, oldest first."""
-        items = self.api.core.list_namespaced_config_map(
-            self.namespace, label_selector=RECORD_LABEL
-        ).items
+        found = self._cm(
+            "list", "list_namespaced_config_map", self.namespace, label_selector=RECORD_LABEL
+        )
+        items = found.get("items") or []
         out = []
         for cm in items or []:
             with contextlib.suppress(ValueError):
@@ -348,15 +360,7 @@ class KubernetesSweeps:
             },
             "data": {RECORD_KEY: fit_record(record)},
         }
-        try:
-            self.api.core.create_namespaced_config_map(self.namespace, cm)
-        except Exception as exc:
-            if getattr(exc, "status", None) == 409:
-                raise ValidationError(
-                    f"A sweep (or ConfigMap) named {spec.name!r} already exists in namespace "
-                    f"{self.namespace!r}."
-                ) from None
-            raise
+        self._cm("create", "create_namespaced_config_map", self.namespace, cm)
         d = self.driver_folder(spec.name)
         try:
             d.parent.mkdir(mode=sv.PRIVATE_DIR, parents=True, exist_ok=True)
@@ -383,7 +387,7 @@ class KubernetesSweeps:
         except BaseException:
             shutil.rmtree(d, ignore_errors=True)
             with contextlib.suppress(Exception):
-                self.api.core.delete_namespaced_config_map(spec.name, self.namespace)
+                self._cm("delete", "delete_namespaced_config_map", spec.name, self.namespace)
             raise
         threading.Thread(target=proc.wait, name="kf-jupyter-sweep-reaper", daemon=True).start()
         return spec.name
@@ -397,7 +401,7 @@ class KubernetesSweeps:
         if rec.get("status") in eng.SWEEP_TERMINAL and rec.get("reason") != REASON_DRIVER_LOST:
             return rec
         patch = {"metadata": {"annotations": {CANCEL_ANNOTATION: "true"}}}
-        self.api.core.patch_namespaced_config_map(name, self.namespace, patch)
+        self._patch_cm(name, patch)
         if rec.get("reason") != REASON_DRIVER_LOST:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -418,7 +422,7 @@ class KubernetesSweeps:
         rec.update(message="The sweep was cancelled.", finished=eng.now_iso())
         with contextlib.suppress(Exception):
             body = {"data": {RECORD_KEY: fit_record(rec)}}
-            self.api.core.patch_namespaced_config_map(name, self.namespace, body)
+            self._patch_cm(name, body)
         return rec
 
     def trial_jobs(self, name: str) -> list[str]:
@@ -433,7 +437,7 @@ class KubernetesSweeps:
             with contextlib.suppress(JobNotFoundError):
                 self.client.delete_job(job)
         with contextlib.suppress(Exception):
-            self.api.core.delete_namespaced_config_map(name, self.namespace)
+            self._cm("delete", "delete_namespaced_config_map", name, self.namespace, name=name)
         shutil.rmtree(self.driver_folder(name), ignore_errors=True)
 
 
@@ -468,7 +472,7 @@ def main(folder: str) -> None:
     patch = {
         "metadata": {"annotations": {DRIVER_ANNOTATION: f"pid {os.getpid()} on {os.uname()[1]}"}}
     }
-    sweeps.api.core.patch_namespaced_config_map(name, sweeps.namespace, patch)
+    sweeps._patch_cm(name, patch)
     record = sweeps.read(name)
     spec = eng.SweepSpec.from_dict(record["spec"])
     engine = eng.SweepEngine(
