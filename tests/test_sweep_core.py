@@ -185,3 +185,38 @@ def test_engine_records_failures_and_picks_the_best_with_a_stand_in_client() -> 
     assert {t["reason"] for t in failed} <= {"SubmitFailed", "FailedJobs"}
     assert store.record["status"] == "Complete"
     assert math.isclose(eng.best_trial(record)["objective"], min((xs[n] - 0.5) ** 2 for n in ok))
+
+
+def test_the_sdks_own_search_objects_work_too() -> None:
+    """Code that builds its space with kubeflow.optimizer's Search (Katib's models) works."""
+    ko = pytest.importorskip("kubeflow.optimizer")
+    from kubeflow.optimizer.types.search_types import Search as SDKSearch
+
+    spec = sweep_spec(
+        "s",
+        {"lr": SDKSearch.loguniform(1e-3, 1e-1), "opt": SDKSearch.choice(["sgd", "adam"])},
+        ko.TrialConfig(num_trials=5, parallel_trials=2),
+        [ko.Objective(metric="acc", direction="maximize")],
+        ko.RandomSearch(random_state=9),
+    )
+    assert (spec.num_trials, spec.parallel_trials, spec.seed) == (5, 2, 9)
+    assert spec.objectives == [("acc", "maximize")]
+    ours = sweep_spec(
+        "s",
+        {"lr": Search.loguniform(1e-3, 1e-1), "opt": Search.choice(["sgd", "adam"])},
+        algorithm=RandomSearch(random_state=9),
+    )
+    assert [p.to_dict() for p in spec.params] == [p.to_dict() for p in ours.params]
+    # the same values as the SDK's Search would describe them (strings, Katib's field names)
+    theirs = SDKSearch.uniform(0.5, 2)
+    mine = Search.uniform(0.5, 2)
+    assert (mine.parameter_type, mine.feasible_space.min, mine.feasible_space.max) == (
+        theirs.parameter_type,
+        theirs.feasible_space.min,
+        theirs.feasible_space.max,
+    )
+    assert mine.feasible_space.distribution == theirs.feasible_space.distribution
+    assert (
+        Search.choice([1, "a"]).feasible_space.list
+        == SDKSearch.choice([1, "a"]).feasible_space.list
+    )

@@ -144,6 +144,15 @@ def test_cancel_stops_running_trials_and_keeps_the_record(state: Path, tmp_path:
         lambda: sum(t["job_status"] == "Running" for t in sweeps.read(name)["trials"]) == 2,
         what="two trials to run",
     )
+    # a running trial's objective is read while it runs (the views show it live)
+    wait_until(
+        lambda: any(
+            t["metrics"].get("loss", {}).get("latest") == "1"
+            for t in sweeps.read(name)["trials"]
+            if t["status"] == "Running"
+        ),
+        what="a running trial's loss=1 in the sweep's record",
+    )
     client = OptimizerClient(sweeps.config)
     job = client.cancel_job(name)
     assert (job.status, job.reason) == ("Failed", "Cancelled")
@@ -339,3 +348,79 @@ def test_sdk_optimizer_code_runs_with_only_the_imports_changed(tmp_path: Path) -
     assert repr(min(expected, key=lambda p: p[0])[1]) in best
     assert any(ln.startswith("LOG epoch=") for ln in lines)
     assert "LEFT []" in lines
+
+
+def gate(x, folder):
+    """Holds until `want` trials run at once (a rendezvous through files); records how many
+    ran at once at most."""
+    import os
+    import time
+
+    mine = os.path.join(folder, f"run-{os.getpid()}")
+    open(mine, "w").close()
+    want, patience = open(os.path.join(folder, "want")).read().split()
+    want = int(want)
+    deadline = time.time() + float(patience)
+    peak = 0
+    while time.time() < deadline:
+        running = len([f for f in os.listdir(folder) if f.startswith("run-")])
+        peak = max(peak, running)
+        if running >= want:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    peak = max(peak, len([f for f in os.listdir(folder) if f.startswith("run-")]))
+    with open(os.path.join(folder, "peaks"), "a") as fh:
+        fh.write(f"{peak}\n")
+    os.unlink(mine)
+    print(f"loss={float(x)}")
+
+
+def _gate_sweep(
+    state: Path, tmp_path: Path, want: int, parallel: int, patience: float
+) -> tuple[dict, list]:
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    (folder / "want").write_text(f"{want} {patience}")
+    cfg = LocalBackendConfig(state_dir=state, cwd=tmp_path)
+    spec = eng.SweepSpec(
+        name=sweeps_local.new_name(),
+        params=parse_space({"x": Search.uniform(0, 1)}),
+        num_trials=4,
+        parallel_trials=parallel,
+        seed=1,
+    )
+    template = eng.TrialTemplate(
+        JAXTrainer(func=gate, func_args={"folder": str(folder)}, initialize_distributed=False),
+        options=[Warm(False)],
+    )
+    sweeps = sweeps_local.LocalSweeps(cfg)
+    rec = wait_done(sweeps, sweeps.start(spec, template))
+    peaks = [int(p) for p in (folder / "peaks").read_text().split()]
+    return rec, peaks
+
+
+@pytest.mark.skipif(sweeps_local.cpu_budget() < 2, reason="needs 2 CPUs")
+def test_parallel_trials_run_at_once(state: Path, tmp_path: Path) -> None:
+    rec, peaks = _gate_sweep(state, tmp_path, want=2, parallel=2, patience=120)
+    assert rec["status"] == "Complete", rec
+    assert rec["parallel"] == 2
+    assert max(peaks) == 2  # two trials met; never a third
+    assert [t["status"] for t in rec["trials"]] == ["Succeeded"] * 4
+
+
+def test_the_cpu_budget_caps_parallel_trials(state: Path, tmp_path: Path) -> None:
+    """With one CPU (the kernel's affinity, which the driver inherits) trials of one process
+    run one at a time whatever parallel_trials says, and the sweep says why."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        # each trial waits 3 s for company that must not come
+        rec, peaks = _gate_sweep(state, tmp_path, want=2, parallel=3, patience=3)
+    finally:
+        os.sched_setaffinity(0, before)
+    assert rec["status"] == "Complete", rec
+    assert rec["parallel"] == 1
+    assert peaks == [1, 1, 1, 1]
+    events = [e for e in rec["events"] if e["reason"] == "ParallelismLimited"]
+    assert events and "1 trial(s) run at once" in events[0]["message"]

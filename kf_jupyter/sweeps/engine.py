@@ -71,6 +71,11 @@ PRIMARY_SOURCES = frozenset({"rank-0", "node-0", "launcher"})
 
 MAX_EVENTS = 200
 
+#: A running trial's log is read for metrics at most this often, and only while it has fewer
+#: than LIVE_MAX_RECORDS lines (it is re-read whole each time; the end reads it once more).
+LIVE_READ_SECONDS = 1.0
+LIVE_MAX_RECORDS = 20_000
+
 
 def now_iso() -> str:
     """The time now, ISO 8601 in UTC."""
@@ -301,6 +306,9 @@ class SweepEngine:
         self.poll_seconds = poll_seconds
         self._cancel_trial = cancel_trial
         self._logs: dict[str, mx.MetricLog] = {}
+        self._seen: dict[tuple[str, str], int] = {}
+        self._live_at: dict[str, float] = {}
+        self._live_off: set[str] = set()
         self.cost = trial_cpus(template.trainer)
 
     # -- record -----------------------------------------------------------------------------
@@ -408,6 +416,8 @@ class SweepEngine:
             log = self._logs.setdefault(name, mx.MetricLog(self.spec.metric_names))
             if job.trainer_status is not None:
                 log.feed_status(job.trainer_status.metrics)
+            if job.status not in TERMINAL and self._live_due(name):
+                self._read_new(name, log)
             summaries = log.summaries()
             if job.status != trial["job_status"] or summaries != trial["metrics"]:
                 trial["job_status"] = job.status
@@ -458,16 +468,44 @@ class SweepEngine:
             trial["message"] = headline or (lines[0] if lines else "")
             self.event("TrialFailed", f"{name} failed: {trial['message']}")
         self._logs.pop(name, None)
+        self._live_at.pop(name, None)
+        self._live_off.discard(name)
 
-    def _read_logs(self, name: str, log: mx.MetricLog) -> bool:
+    def _live_due(self, name: str) -> bool:
+        """Read a running trial's new log lines at most once a second, while its log is
+        short enough to re-read (the views get its curve while it runs)."""
+        if name in self._live_off:
+            return False
+        now = time.monotonic()
+        if now - self._live_at.get(name, 0.0) < LIVE_READ_SECONDS:
+            return False
+        self._live_at[name] = now
+        return True
+
+    def _read_new(self, name: str, log: mx.MetricLog) -> list[Any] | None:
+        """Feed the primary sources' lines not read yet (counted per source); the records."""
         try:
             records = list(self.client.iter_log_records(name))
         except Exception:
+            return None
+        if len(records) > LIVE_MAX_RECORDS:
+            self._live_off.add(name)  # the end reads it once more, whole
+        seen: dict[str, int] = {}
+        for r in records:
+            if r.source not in PRIMARY_SOURCES:
+                continue
+            n = seen[r.source] = seen.get(r.source, 0) + 1
+            if n > self._seen.get((name, r.source), 0):
+                log.feed_line(r.line)
+        for source, n in seen.items():
+            self._seen[(name, source)] = n
+        return records
+
+    def _read_logs(self, name: str, log: mx.MetricLog) -> bool:
+        records = self._read_new(name, log)
+        if records is None:
             return False
-        primary = [r for r in records if r.source in PRIMARY_SOURCES] or records
-        for r in primary:
-            log.feed_line(r.line)
-        if not log.summaries() and primary is not records:
+        if not log.summaries():  # rank 0 printed none: the other ranks' lines
             for r in records:
                 if r.source not in PRIMARY_SOURCES:
                     log.feed_line(r.line)

@@ -103,8 +103,12 @@ class MetricLog:
             if record is not None and isinstance(record.get("step"), int):
                 step = record["step"]
         for name, text in line_metrics(line, self.names):
+            if name not in self._from_logs:
+                # its first line: the samples of trainerStatus taken so far are the same
+                # values (report() prints and posts), so the log's series replaces them
+                self.series.pop(name, None)
+                self._from_logs.add(name)
             self.series.setdefault(name, Series()).add(text, step)
-            self._from_logs.add(name)
 
     def feed_status(self, metrics: Mapping[str, Any] | None) -> None:
         """A sample of the job's trainerStatus metrics: a value that changed is appended
