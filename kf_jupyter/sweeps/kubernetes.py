@@ -65,6 +65,9 @@ DRIVER_LOST_SECONDS = 120.0
 POLL_SECONDS = 1.0
 #: How long the driver rides out an API server that does not answer before it gives up.
 GIVE_UP_SECONDS = 300.0
+#: A running trial's log is re-read whole for its curve; on a cluster each read is a pod list
+#: and a log request per pod, so the driver does it every 5 s (the engine's default is 1 s).
+LIVE_READ_SECONDS = 5.0
 #: A ConfigMap holds at most 1 MiB; the record's curves are thinned to stay below this.
 RECORD_MAX_BYTES = 900_000
 #: The resource the Trainer's (post-v2.3.0, controller-less) OptimizationJob CRD serves.
@@ -456,6 +459,7 @@ def main(folder: str) -> None:
     from .local import decode_template
 
     os.umask(0o077)
+    eng.LIVE_READ_SECONDS = LIVE_READ_SECONDS  # this process runs one cluster sweep only
     d = Path(folder)
     try:
         template = decode_template((d / "template.pkl").read_bytes())
