@@ -220,3 +220,16 @@ def test_the_sdks_own_search_objects_work_too() -> None:
         Search.choice([1, "a"]).feasible_space.list
         == SDKSearch.choice([1, "a"]).feasible_space.list
     )
+
+
+def test_the_backend_config_picks_the_backend_as_trainer_client_does(tmp_path) -> None:
+    from kf_jupyter.backends.local.config import LocalBackendConfig
+    from kf_jupyter.sdk import LocalProcessBackendConfig
+    from kf_jupyter.sdk.optimizer import OptimizerClient
+    from kf_jupyter.sdk.optimizer.backends.localprocess.backend import LocalProcessBackend
+
+    for cfg in (None, LocalProcessBackendConfig(), LocalBackendConfig(state_dir=tmp_path)):
+        assert isinstance(OptimizerClient(cfg).backend, LocalProcessBackend)
+    assert OptimizerClient(LocalBackendConfig(state_dir=tmp_path)).list_jobs() == []
+    with pytest.raises(ValidationError, match="Invalid backend config"):
+        OptimizerClient("local")  # type: ignore[arg-type]
