@@ -126,3 +126,13 @@ def test_kf_compare_overlays_two_real_jobs_curves(shell, capsys):
     assert [len(r.metrics["loss"]) for r in runs] == [4, 4]
     svg = _svgs(compare_bundle(runs)["text/html"])["loss"]
     assert re.findall(r"data-run='([^']+)'", svg) == [a, b]
+
+
+def test_stdout_metric_reads_katib_style_lines():
+    from kf_jupyter.widgets.compare import stdout_metric
+
+    assert stdout_metric("epoch 3: loss=0.25 accuracy=0.9", "loss") == 0.25
+    assert stdout_metric("loss = 1e-3", "loss") == 0.001
+    assert stdout_metric("val_loss=0.5", "loss") is None
+    assert stdout_metric("loss=", "loss") is None
+    assert stdout_metric("loss=nan", "loss") is None

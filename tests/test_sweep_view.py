@@ -79,7 +79,15 @@ def test_live_bundle_lists_the_trials_jobs_for_the_lab_and_a_table_for_others():
     rows = [_row("t1", "Running", [0.9], "0.1")]
     bundle = sweep_live_bundle("sweep-1", rows, "loss", "minimize", "Running", "kubernetes", "ns")
     payload = bundle[SWEEP_MIME_TYPE]
-    assert payload["trials"] == [{"name": "t1", "job": "job-t1", "parameters": {"lr": "0.1"}}]
+    assert payload["trials"] == [
+        {
+            "name": "t1",
+            "job": "job-t1",
+            "parameters": {"lr": "0.1"},
+            "status": "Running",
+            "objective": 0.9,
+        }
+    ]
     assert payload["objective"] == {"metric": "loss", "direction": "minimize"}
     assert payload["namespace"] == "ns" and payload["version"] == 1
     assert "kf-sweep-table" in bundle["text/html"] and "<img" not in bundle["text/html"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +48,45 @@ class Run:
         return series[-1][1] if series else None
 
 
-def read_run(client: Any, name: str, label: str = "") -> Run:
+#: Katib's default metrics collector: `name=value` on stdout (what SDK optimizer examples print).
+_STDOUT_METRIC = re.compile(r"([\w|-]+)\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)")
+
+
+def stdout_metric(line: str, metric: str) -> float | None:
+    """The last value of `metric` in a `name=value` stdout line (None: not there)."""
+    found = None
+    for key, text in _STDOUT_METRIC.findall(line):
+        if key == metric and text not in ("", "+", "-"):
+            try:
+                value = float(text)
+            except ValueError:
+                continue
+            if math.isfinite(value):
+                found = value
+    return found
+
+
+def read_run(client: Any, name: str, label: str = "", stdout_metrics: tuple[str, ...] = ()) -> Run:
     """A job's curves from its whole log and its record (a finished job, or one still running:
-    the points so far). Raises the client's JobNotFoundError for an unknown job."""
+    the points so far). `report()` markers first; a metric of `stdout_metrics` no marker gave
+    comes from Katib-style `name=value` lines; one only the record has (trainerStatus) is its
+    latest value (the lab's views read the same). Raises JobNotFoundError for an unknown job."""
     job = client.get_job(name)
     state = LogState(buffer_lines=1, tail_lines=1, max_points=MAX_POINTS)
+    printed: dict[str, list[tuple[float, float]]] = {}
+    steps = 0
     for rec in client.iter_log_records(name, follow=False):
         state.add(rec.source, rec.line)
+        found = False
+        for metric in stdout_metrics:
+            value = stdout_metric(rec.line, metric) if "=" in rec.line else None
+            if value is not None:
+                printed.setdefault(metric, []).append((float(steps), value))
+                found = True
+        steps += found
+    for metric, points in printed.items():
+        if metric not in state.metrics:
+            state.metrics[metric] = points[-MAX_POINTS:]
     state.apply_trainer_status(getattr(job, "trainer_status", None))
     return Run(
         name=name,

@@ -212,7 +212,18 @@ def sweep_payload(
         "namespace": namespace or None,
         "status": status,
         "objective": {"metric": metric, "direction": direction},
-        "trials": [{"name": r.name, "job": r.job, "parameters": r.parameters} for r in rows],
+        "trials": [
+            {
+                "name": r.name,
+                "job": r.job,
+                "parameters": r.parameters,
+                "status": r.status or None,
+                "objective": r.objective
+                if r.objective is not None and math.isfinite(r.objective)
+                else None,
+            }
+            for r in rows
+        ],
         "api": "kf-jupyter/api",
     }
 
