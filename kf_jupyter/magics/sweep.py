@@ -367,20 +367,13 @@ def run_sweep(magics: Any, framework: str, args: Any, cell: str | None, plan: Sw
         _dry_run(plan, backend, runtime)
         return
     names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
-    program = magics._program(args, cell, names + plan.names)
-    if "func" not in program:
-        raise ValidationError(
-            "This cell runs as a script (it guards with if __name__ == '__main__' or reads "
-            "sys.argv), which a sweep cannot pass parameters to as arguments. Write it as a "
-            "function body (the swept names are its arguments), or read them from "
-            "KUBEFLOW_TRAINER_OPT_<NAME> in an SDK OptimizerClient script."
-        )
+    func = _cell_function(magics, cell, names + plan.names)
     from ..sdk import CustomTrainer, TrainJobTemplate
     from ..sdk.optimizer import GridSearch, Objective, RandomSearch, TrialConfig
 
     rc = magics._runtime_config(args)
     trainer = CustomTrainer(
-        func=program["func"],
+        func=func,
         func_args=magics._func_args(names) or None,
         num_nodes=args.num_nodes or magics.num_nodes,
         resources_per_node=_resources(args.resources),
@@ -415,6 +408,26 @@ def run_sweep(magics: Any, framework: str, args: Any, cell: str | None, plan: Sw
             f"Sweep {name} failed: {getattr(job, 'message', '') or getattr(job, 'reason', '')}. "
             f"Its trials are in the table above; logs with %kf_logs TRIAL."
         )
+
+
+def _cell_function(magics: Any, cell: str, names: tuple[str, ...]) -> Any:
+    """The cell as `def kf_train_cell(<--args names>, <swept names>): <cell>`: a sweep always
+    runs the cell as a function (its parameters are the arguments), even a cell without a
+    top-level `return`, which a plain training cell runs as a script."""
+    from .cell import CELL_ARGV0, build_cell_function
+
+    cf = build_cell_function(cell, names)
+    magics._warn_free_names(cf)
+    try:
+        func = magics._make_function(cf.source, cf.name)
+    except SyntaxError:  # legal only at module level, e.g. `from x import *`
+        raise ValidationError(
+            "A sweep runs the cell as a function of its parameters, and this cell only works as "
+            "a module (it has `from ... import *` or a `from __future__` import after other "
+            "code). Import names explicitly, or put the code in a module and call it."
+        ) from None
+    func.__kf_argv0__ = CELL_ARGV0
+    return func
 
 
 def _resources(text: str | None) -> dict[str, str] | None:
