@@ -67,5 +67,9 @@ if ((link)) && [ -x "$VENV/bin/python" ]; then
   if [ -e "$dest" ] && [ ! -L "$dest" ]; then rm -rf "$dest"; fi
   ln -sfn "$ROOT/kf_jupyter/labextension" "$dest"
   echo "build-labextension: linked $dest -> $ROOT/kf_jupyter/labextension"
-  "$VENV/bin/jupyter" labextension list 2>&1 | grep -F "$NAME" || true
+  # (a check that JupyterLab sees it: seconds when idle, a minute on a loaded machine, so not
+  # on setup.sh's path)
+  if ((!link_only)); then
+    "$VENV/bin/jupyter" labextension list 2>&1 | grep -F "$NAME" || true
+  fi
 fi

@@ -42,6 +42,35 @@ step() {
   printf 'done (%s s)\n' "$(($(date +%s) - t))"
 }
 
+# uv_install ARGS...: `uv pip install ARGS` into the venv, with pip's own configuration (an index
+# mirror, local wheel folders, constraints, a CA file: `pip config list`, PIP_* variables
+# included), choosing across indexes as pip does; pip does it if uv fails.
+uv_install() {
+  local args=(--python "$VPY" --index-strategy unsafe-best-match) key val u
+  if [ ! -x "$ROOT/.venv/bin/uv" ] && ! "${PIP[@]}" "uv>=0.5"; then
+    echo "setup: no uv; pip does it instead"
+    "${PIP[@]}" "$@"
+    return
+  fi
+  while IFS= read -r kv; do
+    key=${kv%%=*} val=${kv#*=}
+    val=${val#\'} val=${val%\'}
+    case "${key##*.}" in
+      index-url) args+=(--index-url "$val") ;;
+      extra-index-url) for u in $val; do args+=(--extra-index-url "$u"); done ;;
+      find-links) for u in $val; do args+=(--find-links "$u"); done ;;
+      constraint) for u in $val; do args+=(--constraint "$u"); done ;;
+      no-index) [ "$val" = 0 ] || [ "$val" = false ] || args+=(--no-index) ;;
+      cert) export SSL_CERT_FILE=$val ;;
+      timeout | default-timeout) export UV_HTTP_TIMEOUT=$val ;;
+    esac
+  done < <("$VPY" -m pip config list 2>/dev/null)
+  if ! "$ROOT/.venv/bin/uv" pip install "${args[@]}" "$@"; then
+    echo "setup: uv failed; pip does it instead"
+    "${PIP[@]}" "$@"
+  fi
+}
+
 apt_install() {
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo
@@ -111,10 +140,17 @@ fi
 stamp=.venv/.kf-setup-stamp
 sum=$(cat pyproject.toml requirements/*.txt 2>/dev/null | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
-  # One pip run, one resolver pass, torch pinned in it: an unpinned torch pulls a multi-GB CUDA
-  # build. (pip is the venv's own: upgrading it first cost a step and gained nothing here.)
-  step "PyTorch 2.13.0 (CPU build), JAX, XGBoost, Transformers, JupyterLab 4.6, the Kubernetes client and the test tools (requirements/dev.txt: about 340 MB to download, 2.1 GB on disk; 3-6 min)" \
-    "${PIP[@]}" "torch==2.13.0" -r requirements/dev.txt
+  # One run, one resolver pass, torch pinned in it: an unpinned torch pulls a multi-GB CUDA
+  # build. uv (from PyPI, into the venv) downloads and unpacks in parallel: pip took 8 minutes
+  # here, nearly all of it waiting on one download or one file at a time. pip stays the
+  # fallback, and the venv's own pip is kept as it is (upgrading it gained nothing).
+  deps=("torch==2.13.0" -r requirements/dev.txt)
+  what="PyTorch 2.13.0 (CPU build), JAX, XGBoost, Transformers, JupyterLab 4.6, the Kubernetes client and the test tools (requirements/dev.txt: about 340 MB to download, 2.1 GB on disk"
+  if [ -z "${KF_SETUP_NO_UV:-}" ]; then
+    step "$what; 1-3 min)" uv_install "${deps[@]}"
+  else
+    step "$what; with pip, 4-8 min)" "${PIP[@]}" "${deps[@]}"
+  fi
   # The lab extension is built and linked by scripts/build-labextension.sh below, not by the hook.
   # The editable install copies shared-data into the venv: drop our link first so it cannot write
   # through it into kf_jupyter/labextension, and relink below.
