@@ -154,9 +154,7 @@ class JobMonitor:
         self.error: BaseException | None = None
         self.waiting = ""  # why a Created/Suspended job is not running (reason: message)
 
-        self.header = w.HTML(
-            self._header_html(), layout=w.Layout(flex="1 1 auto", min_width="0")
-        )
+        self.header = w.HTML(self._header_html(), layout=w.Layout(flex="1 1 auto", min_width="0"))
         # a description labels the select (axe: select-name), as the lab monitor's aria-label
         self.rank_filter = w.Dropdown(
             options=[("all ranks", "")],

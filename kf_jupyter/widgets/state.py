@@ -62,6 +62,19 @@ def _source_key(source: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else -1, source)
 
 
+#: The dark palette for a dark JupyterLab theme, carried by the log itself: the lab extension's
+#: stylesheet does the same, but the kernel's views also show where the extension is absent
+#: (its ipywidget monitor, its static output), and the light colours fall to 3.4:1 there.
+DARK_STYLE = (
+    "<style>"
+    + "".join(
+        f"body[data-jp-theme-light='false'] .kf-src-{i}{{color:{c}!important}}"
+        for i, c in enumerate(PALETTE_DARK)
+    )
+    + "</style>"
+)
+
+
 def log_box_html(body: str, max_height: str | None = "24em") -> str:
     """A log box that opens at its end without JavaScript (a scroll box in column-reverse when
     `max_height` is set), wrapping long lines at word boundaries (a word longer than the line is
@@ -74,7 +87,7 @@ def log_box_html(body: str, max_height: str | None = "24em") -> str:
     # a scroll box is reachable from the keyboard (axe: scrollable-region-focusable)
     focus = " tabindex='0' role='log' aria-label='Job log'" if max_height else ""
     return (
-        f"<div class='kf-log-box'{focus} style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
+        f"{DARK_STYLE}<div class='kf-log-box'{focus} style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
         "margin:0;font-family:monospace;font-size:12px;line-height:1.3;white-space:pre-wrap;"
         f"overflow-wrap:break-word;word-break:normal'>{body}</pre></div>"
     )

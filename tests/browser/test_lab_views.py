@@ -583,9 +583,9 @@ def test_notebook7_sidebar_click_opens_the_job_panel_light_and_dark(
                 expect(page.locator("body")).to_have_attribute(
                     "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
                 )
-                page.get_by_role("menuitem", name="View", exact=True).click()
-                page.get_by_role("menuitem", name=re.compile("Left Sidebar")).click()
-                page.get_by_role("menuitem", name=re.compile("Kubeflow Trainer")).click()
+                page.locator(".lm-MenuBar-itemLabel", has_text="View").click()
+                page.locator(".lm-Menu-itemLabel", has_text="Left Sidebar").click()
+                page.locator(".lm-Menu-itemLabel", has_text="Kubeflow Trainer").click()
                 sidebar = page.locator("#kf-jupyter-sidebar")
                 expect(sidebar).to_be_visible(timeout=30_000)
                 row = sidebar.locator("li.kf-job", has_text=ticking)
