@@ -23,8 +23,7 @@ from kf_jupyter.widgets.state import LogState
 from kf_jupyter.widgets.tables import JobsTable
 
 TAGS = {"pre", "span", "b", "code", "small", "div", "svg", "rect", "text", "polyline", "table",
-        "thead", "tbody", "tr", "th", "td", "ul", "li",
-        "style"}  # fmt: skip  (style: the monitor header's own fixed rule, HEADER_STYLE)
+        "thead", "tbody", "tr", "th", "td", "ul", "li", "style"}  # fmt: skip
 ATTRS = {
     "style",
     "class",

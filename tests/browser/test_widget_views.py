@@ -122,6 +122,7 @@ def test_widget_views_bar_lines_one_row_header_contrast_and_a_finished_job_comes
                 page.set_viewport_size({"width": 760, "height": 1000})
                 page.wait_for_timeout(500)
                 assert_one_row(header, "narrow window")
+                widget.scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-narrow.png"))
                 page.set_viewport_size({"width": 1400, "height": 1000})
                 # the forms: %kf_config and one showing an error
@@ -144,6 +145,7 @@ def test_widget_views_bar_lines_one_row_header_contrast_and_a_finished_job_comes
                 expect(cell).not_to_contain_text("model not found")
                 expect(static).to_contain_text("rank 1 step 24 loss")
                 assert "]rank" not in static.inner_text()
+                static.scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-came-back.png"))
                 _views_pass(page, ".kf-monitor-static", f"static view, {slug}")
             except Exception:
