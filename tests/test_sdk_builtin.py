@@ -298,9 +298,8 @@ def test_the_harness_completes_a_tune_run_command_as_the_trainer_does(trainer, e
     runtime asks for 2 GPUs, so with no resources given it is the distributed recipe."""
     import yaml
 
-    from tests.k8s_cluster.trainer_model import torchtune_command
-
     from kf_jupyter.backends.local.runtimes import manifests_dir
+    from tests.k8s_cluster.trainer_model import torchtune_command
 
     path = manifests_dir() / "base/runtimes/torchtune/llama3_2/llama3_2_1B.yaml"
     try:

@@ -14,6 +14,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
     magics = KubeflowMagics(shell=ipython)
     ipython.register_magics(magics)
+    magics.register_plugin_magics()
     magics.prestart()
 
 

@@ -21,6 +21,7 @@ from IPython.utils.process import arg_split
 from traitlets import Any as AnyTrait
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
+from .. import plugins
 from ..config import RuntimeConfig, SecretRef, mask_secrets
 from ..errors import (
     ClusterUnreachableError,
@@ -404,6 +405,52 @@ class KubeflowMagics(Magics):
             )
         return self._guard(self._train, framework, args, cell)
 
+    def register_plugin_magics(self) -> None:
+        """`%%<name>` for every trainer an installed plugin registers (kf_jupyter.plugins);
+        a plugin that did not load gets one warning paragraph (logged), and the rest works."""
+        from .. import plugins
+
+        reg = plugins.registry()  # a plugin that did not load was logged there, once
+        for magic_name, cls in reg.trainers.items():
+            self.shell.register_magic_function(
+                self._plugin_magic(magic_name, cls, reg.owner["magic:" + magic_name]),
+                "line_cell",
+                magic_name,
+            )
+
+    def _plugin_magic(self, magic_name: str, cls: type, plugin: str) -> Any:
+        import dataclasses
+
+        procs = "num_proc_per_node" in {f.name for f in dataclasses.fields(cls)}
+
+        def magic(line: str, cell: str | None = None) -> None:
+            return self._train_magic(magic_name, magic, line, cell)
+
+        magic.__name__ = magic_name
+        magic.__doc__ = (
+            f"Run the cell, or a script file (line form), as a {cls.__name__} job (from the "
+            f"kf-jupyter plugin {plugin!r}; runtimes of framework "
+            f"{', '.join(cls.supported_frameworks)}).\n\n{cls.__doc__ or ''}"
+        )
+        return _training_args("mpi" if procs else "plain")(magic)
+
+    @line_magic
+    def kf_plugins(self, line: str) -> None:
+        """List the installed kf-jupyter plugins (entry points `kf_jupyter.plugins`) and what
+        each adds; `%kf_plugins --reload` reads the entry points again."""
+        from .. import plugins
+
+        if line.strip() == "--reload":
+            plugins.reload()
+            self.register_plugin_magics()
+        elif line.strip():
+            raise UsageError("%kf_plugins takes no arguments other than --reload.")
+        self._table(
+            ("plugin", "package", "adds", "status"),
+            plugins.plugin_rows(),
+            f"No kf-jupyter plugins installed (entry-point group {plugins.ENTRY_POINT_GROUP}).",
+        )
+
     def _user_value(self, var: str, flag: str) -> Any:
         ns = self.shell.user_ns
         if var not in ns:
@@ -558,7 +605,10 @@ class KubeflowMagics(Magics):
             "resources_per_node": _resources(args.resources),
             "image": args.image or self.image,
         }
-        if framework in ("torch", "mpi"):
+        cls = TRAINER_CLASSES.get(framework) or plugins.trainer_for_magic(framework)
+        if cls is None:
+            raise ValidationError(f"No trainer for %%{framework}; %kf_plugins lists plugins.")
+        if framework in ("torch", "mpi") or hasattr(args, "num_proc_per_node"):
             kwargs["num_proc_per_node"] = args.num_proc_per_node or self.num_proc_per_node
         if framework == "torch" and args.max_restarts is not None:
             kwargs["max_restarts"] = args.max_restarts
@@ -566,7 +616,7 @@ class KubeflowMagics(Magics):
             kwargs["initialize_distributed"] = False
         if framework == "xgboost" and args.no_setup:
             kwargs["setup_collective"] = False
-        return TRAINER_CLASSES[framework](**kwargs)
+        return cls(**kwargs)
 
     def _warn_free_names(self, cf: Any) -> None:
         if cf.free_names:
