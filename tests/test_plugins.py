@@ -242,7 +242,8 @@ def test_an_installed_plugin_runs_a_job_locally_through_its_magic(venv, tmp_path
     assert "HEAVY []" in out.stdout  # loading the extension and the plugins imports no framework
     assert "%%ringtrain (RingTrainer), policy ring, runtime ring-distributed" in out.stdout
     assert "kf-ring 0.1.0" in out.stdout
-    assert "ring-distributed" in out.stdout.split("%%ringtrain")[1]  # the %kf_runtimes table
+    rows = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("ring-distributed ")]
+    assert rows == [["ring-distributed", "ring", "plain", "1", "-", "plugin", "ring"]]  # %kf_runtimes
     assert "ring sum=3 world=3" in text  # rank 0 got ranks 1 and 2 at RING_ADDR
     result = json.loads(out.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert result == {"status": "Complete", "runtime": "ring-distributed"}
