@@ -17,15 +17,19 @@ import site
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from kf_jupyter import plugins
 from kf_jupyter.build import build_trainjob, job_shape
+from kf_jupyter.errors import ValidationError
 from kf_jupyter.policies import get_policy
+from kf_jupyter.tier2 import ConfigTrainer, embed_call
+from kf_jupyter.trainers import XGBoostTrainer
 
 TESTS = Path(__file__).resolve().parent
 GOOD = TESTS / "plugin_pkg"
@@ -243,7 +247,9 @@ def test_an_installed_plugin_runs_a_job_locally_through_its_magic(venv, tmp_path
     assert "%%ringtrain (RingTrainer), policy ring, runtime ring-distributed" in out.stdout
     assert "kf-ring 0.1.0" in out.stdout
     rows = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("ring-distributed ")]
-    assert rows == [["ring-distributed", "ring", "plain", "1", "-", "plugin", "ring"]]  # %kf_runtimes
+    assert rows == [
+        ["ring-distributed", "ring", "plain", "1", "-", "plugin", "ring"]
+    ]  # %kf_runtimes
     assert "ring sum=3 world=3" in text  # rank 0 got ranks 1 and 2 at RING_ADDR
     result = json.loads(out.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert result == {"status": "Complete", "runtime": "ring-distributed"}
@@ -342,3 +348,57 @@ def test_a_plugins_magic_takes_the_training_flags(fake_plugins, tmp_path, monkey
     result = sh.run_cell("%%ringtrain -p 2 --dry-run\nprint(1)\n")
     assert result.error_in_exec is not None or result.error_before_exec is not None
     del sh.magics_manager.magics["cell"]["ringtrain"], sh.magics_manager.magics["line"]["ringtrain"]
+
+
+@dataclass(kw_only=True)
+class EchoTrainer(ConfigTrainer, XGBoostTrainer):
+    """A plugin's configuration-driven (Tier-2) trainer: prints its words on every rank."""
+
+    program_name: ClassVar[str] = "echo.py"
+
+    def validate_config(self) -> None:
+        if not isinstance((self.config or {}).get("words"), list):
+            raise ValidationError("EchoTrainer needs 'words', a list.")
+
+    def program(self) -> str:
+        return embed_call("def main(cfg):\n    print(*cfg['words'])\n", "main", self.config_json())
+
+
+echo_plugin = plugins.Plugin(trainers={"echotrain": EchoTrainer})
+
+
+def test_a_plugins_tier2_magic_takes_a_configuration_cell(fake_plugins, tmp_path, monkeypatch):
+    """`%%echotrain`: the cell is the trainer's YAML configuration, as for %%transformerstrain."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kf_jupyter.magics.core import KubeflowMagics
+
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    fake_plugins(("echo", "tests.test_plugins:echo_plugin"))
+    sh = InteractiveShell.instance()
+    magics = KubeflowMagics(shell=sh)
+    sh.register_magics(magics)
+    magics.register_plugin_magics()
+    try:
+        trainer = magics._trainer(
+            "echotrain",
+            _parse(sh, "echotrain", "-n 2"),
+            "words: [hello, ring]\n",
+        )
+        assert isinstance(trainer, EchoTrainer) and trainer.num_nodes == 2
+        assert trainer.config == {"words": ["hello", "ring"]}
+        with pytest.raises(ValidationError, match="needs 'words'"):
+            magics._trainer("echotrain", _parse(sh, "echotrain", ""), "other: 1\n")
+    finally:
+        for kind in ("cell", "line"):
+            sh.magics_manager.magics[kind].pop("echotrain", None)
+
+
+def _parse(sh: Any, magic: str, line: str) -> Any:
+    from IPython.core import magic_arguments as ma
+
+    func = sh.magics_manager.magics["cell"][magic]
+    args = ma.parse_argstring(func, line)
+    args.script_args = []
+    return args

@@ -434,17 +434,20 @@ class KubeflowMagics(Magics):
         )
         return _training_args("mpi" if procs else "plain")(magic)
 
+    @ma.magic_arguments()
+    @ma.argument(
+        "--reload", action="store_true", help="read the installed plugins again (after pip)"
+    )
     @line_magic
     def kf_plugins(self, line: str) -> None:
         """List the installed kf-jupyter plugins (entry points `kf_jupyter.plugins`) and what
         each adds; `%kf_plugins --reload` reads the entry points again."""
-        from .. import plugins
-
-        if line.strip() == "--reload":
+        args = _parse_args(self.kf_plugins, line)
+        if args is None:
+            return None
+        if args.reload:
             plugins.reload()
             self.register_plugin_magics()
-        elif line.strip():
-            raise UsageError("%kf_plugins takes no arguments other than --reload.")
         self._table(
             ("plugin", "package", "adds", "status"),
             plugins.plugin_rows(),
@@ -564,13 +567,19 @@ class KubeflowMagics(Magics):
             program["func"].__kf_argv0__ = CELL_ARGV0
         return program
 
-    def _config_trainer(self, args: Any, cell: str | None) -> BaseTrainer:
-        """%%transformerstrain: the cell (or the file named on the line) is the configuration."""
+    def _config_trainer(
+        self, args: Any, cell: str | None, cls: type | None = None, magic: str = "transformerstrain"
+    ) -> BaseTrainer:
+        """%%transformerstrain, or a plugin's configuration-driven (Tier-2) trainer's magic:
+        the cell (or the file named on the line) is the configuration."""
+        import dataclasses
+
         from ..transformers_trainer import TransformersTrainer, parse_config_text
 
+        cls = cls or TransformersTrainer
         if args.args or args.script_args:
             raise ValidationError(
-                "%%transformerstrain takes its settings from the configuration in the cell; "
+                f"%%{magic} takes its settings from the configuration in the cell; "
                 "--args and arguments after -- do not apply. Put the values in the YAML."
             )
         if cell is None:
@@ -586,15 +595,24 @@ class KubeflowMagics(Magics):
             "num_nodes": args.num_nodes or self.num_nodes,
             "resources_per_node": _resources(args.resources),
             "image": args.image or self.image,
-            "num_proc_per_node": args.num_proc_per_node or self.num_proc_per_node,
         }
-        if args.max_restarts is not None:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if "num_proc_per_node" in fields:
+            kwargs["num_proc_per_node"] = (
+                getattr(args, "num_proc_per_node", None) or self.num_proc_per_node
+            )
+        if getattr(args, "max_restarts", None) is not None and "max_restarts" in fields:
             kwargs["max_restarts"] = args.max_restarts
-        return TransformersTrainer(**kwargs)
+        return cls(**kwargs)
 
     def _trainer(self, framework: str, args: Any, cell: str | None) -> BaseTrainer:
         if framework == "transformers":
             return self._config_trainer(args, cell)
+        from ..tier2 import ConfigTrainer
+
+        plugin_cls = None if framework in TRAINER_CLASSES else plugins.trainer_for_magic(framework)
+        if plugin_cls is not None and issubclass(plugin_cls, ConfigTrainer):
+            return self._config_trainer(args, cell, plugin_cls, framework)
         names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
         program = self._program(args, cell, names)
         func_args = self._func_args(names)
