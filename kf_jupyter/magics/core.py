@@ -814,8 +814,10 @@ class KubeflowMagics(Magics):
         monitor.finish(job)
         monitor.set_waiting(False)
         if shown is not None:  # main thread, before the cell ends: lands in this cell's output
-            shown.update(monitor.final_bundle(job), raw=True)
-            monitor.close()  # shown nowhere now: free its widget models (kernel and front end)
+            final = monitor.final_bundle(job)
+            shown.update(final, raw=True)
+            # its widget becomes that static view too, for a page that was away (see settle)
+            monitor.settle(final)
         if status_label(job) == "Cancelled":
             raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:
