@@ -137,6 +137,17 @@ def _training_args(framework: str) -> Any:
     if framework == "torch":
         decorators.append(ma.argument("--max-restarts", type=int, default=None))
     decorators += [
+        ma.argument(
+            "--sweep",
+            action="append",
+            default=None,
+            help="a swept parameter, repeatable: 'lr=loguniform(1e-4,1e-1)', 'b=choice(16,32)'",
+        ),
+        ma.argument("--trials", type=int, default=None, help="sweep: number of trials"),
+        ma.argument("--parallel", type=int, default=None, help="sweep: trials at a time"),
+        ma.argument("--objective", default=None, help="sweep: METRIC:min|max (loss:min)"),
+        ma.argument("--algorithm", default=None, help="sweep: random (default) or grid"),
+        ma.argument("--seed", type=int, default=None, help="sweep: random search seed"),
         ma.argument("--dry-run", action="store_true", help="show what would be submitted"),
         ma.argument("--no-wait", action="store_true", help="return at once"),
         ma.argument("-o", "--out", default=None, help="variable that receives the job handle"),
@@ -648,6 +659,15 @@ class KubeflowMagics(Magics):
             )
 
     def _train(self, framework: str, args: Any, cell: str | None) -> None:
+        from .sweepargs import parse_plan
+
+        names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
+        plan = parse_plan(args, names)
+        if plan is not None:  # a sweep (docs/notebook.md, "Sweeps"): kf_jupyter.magics.sweep
+            from .sweep import run_sweep
+
+            run_sweep(self, framework, args, cell, plan)
+            return
         trainer = self._trainer(framework, args, cell)
         rc = _with_workspace(self._runtime_config(args), args)
         options = self._options(args)
