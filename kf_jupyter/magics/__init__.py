@@ -18,6 +18,7 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(magics)
     ipython.register_magics(CompareMagics(shell=ipython, core=magics))
     ipython.register_magics(SweepMagics(shell=ipython, core=magics))
+    magics.register_plugin_magics()
     magics.prestart()
 
 
