@@ -516,7 +516,9 @@ class LocalBackend:
             return None, "warm starts are off for this job (Warm(False))"
         launcher = warm_pool.LAUNCHER.get(plan.policy)
         if launcher is None:
-            return None, f"the {plan.policy} policy's launcher starts its own ranks"
+            if plan.policy == "mpi":
+                return None, "the mpi policy's launcher starts its own ranks"
+            return None, f"the {plan.policy} policy has no warm pool"
         python = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
         if python is None:
             return None, f"the interpreter of {launcher} on the job's PATH is not known"
@@ -599,6 +601,8 @@ class LocalBackend:
                 "created": now,
                 "runtime": rt.name,
                 "framework": rt.framework,
+                # the TrainJob's labels (a sweep's trials are found by them, issue 25)
+                "labels": dict((manifest.get("metadata") or {}).get("labels") or {}),
                 "policy": plan.policy,
                 "num_nodes": plan.shape.num_nodes,
                 "num_proc_per_node": plan.shape.num_proc_per_node,
@@ -700,6 +704,7 @@ class LocalBackend:
             creation_time=_time(st.get("created")),
             completion_time=_time(st.get("finished")),
             steps=steps,
+            labels={str(k): str(v) for k, v in (st.get("labels") or {}).items()},
             trainer_status=self._trainer_status(st["name"]),
             failure=failure_from_dict(st.get("failure")),
             warm=self._warm_state(st["name"]),
