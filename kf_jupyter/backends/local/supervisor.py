@@ -548,10 +548,21 @@ def failure_message(job_dir: str, name: str, code: int, program: str | None = No
 # ----------------------------------------------------------------------------- the supervisor
 
 
+_SIBLINGS: dict[str, Any] = {}
+
+
+def preload_siblings(modules: dict[str, Any]) -> None:
+    """Modules `_load_sibling` returns without loading them again (the supervisor host loads
+    them once, before it forks supervisors: supervisor_host.py)."""
+    _SIBLINGS.update(modules)
+
+
 def _load_sibling(name: str) -> Any:
     """A module of this folder, by path (the supervisor runs as `python -I supervisor.py`)."""
     import importlib.util
 
+    if name in _SIBLINGS:
+        return _SIBLINGS[name]
     if __package__:
         import importlib
 
