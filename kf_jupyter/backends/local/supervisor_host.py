@@ -550,10 +550,14 @@ def submit(state_dir: Path, job_dir: Path) -> tuple[int | None, str]:
         affinity = None
         with contextlib.suppress(OSError, AttributeError):
             affinity = sorted(os.sched_getaffinity(0))
+        try:
+            cwd = os.getcwd()
+        except OSError:  # the kernel's folder was removed: a supervisor process would keep it
+            return None, "the kernel's working directory is gone"
         req = {
             "job_dir": str(job_dir),
             "env": dict(os.environ),
-            "cwd": os.getcwd() if os.path.isdir(".") else "/",
+            "cwd": cwd,
             "umask": umask,
             "rlimits": rlimits(),
             "affinity": affinity,
