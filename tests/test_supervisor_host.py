@@ -127,6 +127,12 @@ def test_a_job_outlives_its_host_and_still_cancels_and_leaves_nothing(client, tm
     gate = tmp_path / "gate"
     name = client.train(_job(wait_for_file, func_args={"path": str(gate)}), options=[Warm(False)])
     assert "local/supervisor_host.py" in _supervisor_parent(client, name)
+    # It reads as the process a kernel would start (who looks for a job's processes by its
+    # folder, as `ps` users and the reliability tests do, finds it).
+    st = json.loads((client.backend.jobs_dir / name / "status.json").read_text())
+    cmdline = [a for a in psutil.Process(int(st["supervisor_pid"])).cmdline() if a]
+    assert cmdline[1:] == ["-I", str(Path(supervisor_host.__file__).parent / "supervisor.py"),
+                           str(client.backend.jobs_dir / name)], cmdline  # fmt: skip
     wait_until(lambda: client.get_job(name).status == "Running", what="the job to run")
     assert supervisor_host.stop(client.backend.state_dir) == 1
     assert client.get_job(name).status == "Running"

@@ -92,6 +92,33 @@ def limits_why(rlimits: dict[str, Any] | None) -> str:
     return ""
 
 
+def set_cmdline(argv: list[str]) -> bool:
+    """Show `argv` as this process's command line (`/proc/PID/cmdline`, `ps`), written over the
+    memory of the arguments it was started with, as setproctitle does; False if they do not fit.
+
+    A supervisor forked from the host then reads as the process a kernel would have started
+    (`python -I supervisor.py JOB_DIR`): who looks for a job's processes by its folder in their
+    command line (`ps`, the reliability tests) finds it. CPython keeps its own copy of its
+    arguments (`sys.orig_argv`), so nothing reads that memory after start."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            data = fh.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48 and 49)
+    except (OSError, ValueError, IndexError):
+        return False
+    new = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+    size = end - start
+    if start <= 0 or len(new) > size:
+        return False
+    import ctypes
+
+    ctypes.memmove(start, new + b"\0" * (size - len(new)), size)
+    return True
+
+
 def rlimits() -> dict[str, list[int]]:
     """This process's resource limits, by name."""
     import resource
@@ -279,11 +306,17 @@ class Host:
             spare, self.spare = self.spare, None
             sys.stdout.flush()
             sys.stderr.flush()
+            ready_r, ready_w = os.pipe()
             pid = os.fork()
             if pid == 0:
                 code = 1
                 try:
                     conn.close()
+                    os.close(ready_r)
+                    # First: it reads as the supervisor of its job before train() returns.
+                    set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"),
+                                 req["job_dir"]])  # fmt: skip
+                    os.close(ready_w)
                     code = self._child(req, spare)
                 except BaseException:
                     import traceback
@@ -292,6 +325,10 @@ class Host:
                         traceback.print_exc()
                 finally:
                     os._exit(code if isinstance(code, int) else 1)
+            os.close(ready_w)
+            with contextlib.suppress(OSError):
+                select.select([ready_r], [], [], 5.0)  # closed by the child once it is named
+            os.close(ready_r)
             self.children.add(pid)
             self.served += 1
             _send_json(conn, {"pid": pid, "served": self.served})
