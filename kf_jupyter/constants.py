@@ -54,3 +54,10 @@ RESULT_PREFIX = "##kf-jupyter:result "
 ERROR_PREFIX = "##kf-jupyter:error "
 #: Every line the runner prints for kf-jupyter itself starts with this (hidden in the views).
 PROTOCOL_PREFIX = "##kf-jupyter:"
+
+#: Sweeps (issue 25): every trial job names its sweep and its index in labels, and carries its
+#: parameter values in annotations (`kf-jupyter.io/sweep-param-<name>`), so any process can
+#: find a sweep's trials from the jobs alone.
+SWEEP_LABEL = "kf-jupyter.io/sweep"
+SWEEP_TRIAL_LABEL = "kf-jupyter.io/sweep-trial"
+SWEEP_PARAM_ANNOTATION_PREFIX = "kf-jupyter.io/sweep-param-"

@@ -23,9 +23,13 @@ from typing import Any
 import pytest
 
 kt = pytest.importorskip("kubeflow.trainer", reason="the Kubeflow SDK is not installed")
+ko = pytest.importorskip("kubeflow.optimizer", reason="the Kubeflow SDK is not installed")
 
 SDK = "kubeflow.trainer"
 OURS = "kf_jupyter.sdk"
+#: The SDK's optimizer (issue 25) is mirrored under kf_jupyter.sdk.optimizer.
+OPT = "kubeflow.optimizer"
+OURS_OPT = "kf_jupyter.sdk.optimizer"
 
 #: Constants whose value is a shell template of the SDK's own local venv runner, which
 #: kf-jupyter does not use (its own equivalents, same placeholders); or a path of the SDK's
@@ -41,10 +45,10 @@ OWN_VALUES = {
 }
 
 
-def sdk_modules() -> list[str]:
+def sdk_modules(pkg: pytypes.ModuleType = kt, SDK: str = SDK) -> list[str]:
     names = [SDK]
-    root = kt.__path__[0]
-    for info in pkgutil.walk_packages(kt.__path__, SDK + "."):
+    root = pkg.__path__[0]
+    for info in pkgutil.walk_packages(pkg.__path__, SDK + "."):
         names.append(info.name)
     # folders without __init__.py (namespace packages: backends.container) are not walked
     import pathlib
@@ -66,7 +70,7 @@ def sdk_modules() -> list[str]:
     )
 
 
-MODULES = sdk_modules()
+MODULES = sdk_modules() + sdk_modules(ko, OPT)
 
 
 def public_names(mod: pytypes.ModuleType) -> dict[str, Any]:
@@ -83,6 +87,8 @@ def public_names(mod: pytypes.ModuleType) -> dict[str, Any]:
 
 
 def ours_path(name: str) -> str:
+    if name == OPT or name.startswith(OPT + "."):
+        return OURS_OPT + name[len(OPT) :]
     return OURS + name[len(SDK) :]
 
 
@@ -122,6 +128,8 @@ def _default(p: inspect.Parameter) -> Any:
         return inspect.Parameter.empty
     if isinstance(d, set | frozenset):
         return ("set", frozenset(d))
+    if isinstance(d, enum.Enum):  # the SDK's enum and ours: the same name and value
+        return ("enum", type(d).__name__, d.name, d.value)
     if repr(d) == "<factory>" or (isinstance(d, list | dict) and not d):
         return "<factory or empty>"  # a default factory and a literal empty list mean the same
     return d
@@ -198,6 +206,11 @@ def test_every_public_name_with_its_signature(module: str) -> None:
             elif hasattr(theirs, "pattern"):
                 if getattr(mine, "pattern", None) != theirs.pattern:
                     problems.append(f"{key}: pattern {mine!r} != {theirs!r}")
+            elif isinstance(theirs, dict) and all(inspect.isclass(v) for v in theirs.values()):
+                # a registry of the SDK's classes (ALGORITHM_REGISTRY): ours, by the same names
+                names = {k: getattr(v, "__name__", v) for k, v in dict(mine).items()}
+                if names != {k: v.__name__ for k, v in theirs.items()}:
+                    problems.append(f"{key}: {mine!r} != {theirs!r}")
             elif mine != theirs:
                 problems.append(f"{key}: {mine!r} != {theirs!r}")
     assert not problems, f"{ours_path(module)}:\n" + "\n".join(problems)
@@ -207,6 +220,9 @@ def test_the_top_level_all_is_a_superset() -> None:
     import kf_jupyter.sdk as sdk
 
     assert set(kt.__all__) <= set(sdk.__all__)
+    import kf_jupyter.sdk.optimizer as opt
+
+    assert set(ko.__all__) <= set(opt.__all__)
 
 
 def test_nothing_fails_at_import_in_a_fresh_interpreter() -> None:

@@ -125,6 +125,18 @@ class KFBackend(RuntimeBackend):
         (cluster only), or None for the runtime's defaults. `options`: `Name`, `Labels`, ...
         from `kf_jupyter.sdk.options` or `kubeflow.trainer.options`, or any callable option.
         """
+        ours, rt, rc, opts = self.prepare(runtime, initializer, trainer, options)
+        return self.client.train(ours, runtime=rt, runtime_config=rc, options=opts)
+
+    def prepare(
+        self,
+        runtime: str | Runtime | None = None,
+        initializer: Any = None,
+        trainer: Any = None,
+        options: list[Any] | None = None,
+    ) -> tuple[Any, KFRuntime, Any, list[Any]]:
+        """What `train()` submits, as kf-jupyter's `(trainer, runtime, runtime_config,
+        options)`: the SDK's arguments checked and converted (a sweep's trial template)."""
         rt = self._kf_runtime(runtime)
         builtin = type(trainer).__name__ == "BuiltinTrainer"
         if rt.framework == "torchtune" and trainer is not None and not builtin:
@@ -149,9 +161,7 @@ class KFBackend(RuntimeBackend):
                 "cannot run. Pass trainer=CustomTrainer(func=...) to run a function locally, or "
                 "a TrainerCommand([...]) option to run a command."
             )
-        return self.client.train(
-            ours, runtime=rt, runtime_config=runtime_config(trainer), options=opts
-        )
+        return ours, rt, runtime_config(trainer), opts
 
     # -- jobs -----------------------------------------------------------------------------------
 

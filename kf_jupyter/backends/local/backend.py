@@ -617,6 +617,8 @@ class LocalBackend:
                 "created": now,
                 "runtime": rt.name,
                 "framework": rt.framework,
+                # the TrainJob's labels (a sweep's trials are found by them, issue 25)
+                "labels": dict((manifest.get("metadata") or {}).get("labels") or {}),
                 "policy": plan.policy,
                 "num_nodes": plan.shape.num_nodes,
                 "num_proc_per_node": plan.shape.num_proc_per_node,
@@ -738,6 +740,7 @@ class LocalBackend:
             creation_time=_time(st.get("created")),
             completion_time=_time(st.get("finished")),
             steps=steps,
+            labels={str(k): str(v) for k, v in (st.get("labels") or {}).items()},
             trainer_status=self._trainer_status(st["name"]),
             failure=failure_from_dict(st.get("failure")),
             warm=self._warm_state(st["name"]),

@@ -1,0 +1,1 @@
+"""The Kubeflow SDK optimizer client (`kubeflow.optimizer.api`)."""

@@ -1,0 +1,1 @@
+"""Optimizer backends (`kubeflow.optimizer.backends`): the base class, local, Kubernetes."""

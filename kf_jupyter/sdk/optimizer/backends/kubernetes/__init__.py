@@ -1,0 +1,1 @@
+"""The optimizer on a Kubernetes cluster (`kubeflow.optimizer.backends.kubernetes`)."""

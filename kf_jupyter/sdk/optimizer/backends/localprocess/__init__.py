@@ -1,0 +1,1 @@
+"""The optimizer on kf-jupyter's local backend: trials as local jobs (kf-jupyter only)."""

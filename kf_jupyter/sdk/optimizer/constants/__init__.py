@@ -1,0 +1,1 @@
+"""Constants of the optimizer (`kubeflow.optimizer.constants`)."""

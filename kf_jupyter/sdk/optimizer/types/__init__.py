@@ -1,0 +1,1 @@
+"""Optimizer types (`kubeflow.optimizer.types`)."""
