@@ -28,7 +28,14 @@ from .constants import (
 )
 from .errors import OptionError, RuntimeMismatchError, ValidationError
 from .options import KUBERNETES, Name, apply_options, backend_name
-from .policies import OWN_ENV_PREFIX, JobShape, Payload, get_policy, gpus_per_node
+from .policies import (
+    OWN_ENV_PREFIX,
+    TRAINER_POLICIES,
+    JobShape,
+    Payload,
+    get_policy,
+    gpus_per_node,
+)
 from .runtimes import Runtime
 from .script import SCRIPT_FUNC_NAME, load_script, validate_script_args
 from .trainers import BaseTrainer
@@ -188,7 +195,10 @@ def build_trainjob(
             )
             if mismatch:
                 raise ValidationError(mismatch)
-        spec_trainer["command"] = ["bash", "-c", policy.script(trainer, payload, shape)]
+        script = policy.script(trainer, payload, shape)
+        if backend_name(backend) == KUBERNETES and policy.name not in TRAINER_POLICIES:
+            script = policy.command_env(shape) + script  # the Trainer does not inject it
+        spec_trainer["command"] = ["bash", "-c", script]
     if trainer.num_nodes is not None:
         spec_trainer["numNodes"] = trainer.num_nodes
     if trainer.procs_per_node is not None:

@@ -66,6 +66,25 @@ def log_lines(text: str) -> list[str]:
     return [terminal_line(ln) for ln in lines]
 
 
+def after_bar(bar: str, line: str) -> str | None:
+    """The text printed after a progress bar on the bar's own line, or None when `line` is not
+    a bar followed by text (the same rule as labextension/src/logparse.ts `afterBar`).
+
+    A bar (tqdm and the like) redraws at a fixed width, so when a program prints while a bar is
+    drawn, the completed line is the bar's next state (as wide as `bar`, the last update shown)
+    followed by what was printed: `...[00:19<00:11]rank 0 step 19 loss`.
+    """
+    if "\r" in line or len(line) <= len(bar) or not _BARLIKE.search(bar):
+        return None
+    head, tail = line[: len(bar)], line[len(bar) :]
+    if not _BARLIKE.search(head) or not tail.strip():
+        return None
+    return tail
+
+
+_BARLIKE = re.compile(r"[|%]")
+
+
 def is_update(line: str) -> bool:
     """The record updates a line still being written (see the module docstring)."""
     return line.startswith(UPDATE)
@@ -131,9 +150,12 @@ def readable(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
 
     Text before a protocol record on the same line (a progress bar drawn when `report()`
     printed) is a bar the record's newline interrupted: it is held and replaced by the next
-    such line of its source, and shown once when the bar's line ends.
+    such line of its source, and shown once when the bar's line ends. A line printed while a
+    bar is drawn (an update record before it) is shown without the bar's fragment
+    (`after_bar`).
     """
     held: dict[str, LogRecord] = {}
+    live: dict[str, str] = {}  # the bar each source is drawing (its last update)
     dump = DumpFolder()
 
     def lines() -> Iterator[tuple[str, str]]:
@@ -143,8 +165,20 @@ def readable(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
         yield from dump.finish()
 
     for source, line in lines():
-        if is_update(line) or is_banner(line):
+        if is_update(line):
+            text = collapse_cr(line)
+            if text.strip():
+                live[source] = text
             continue
+        if is_banner(line):
+            continue
+        if PROTOCOL_PREFIX not in line and source in live:
+            printed = after_bar(live[source], line)
+            if printed is None:
+                del live[source]  # the line the bar was on has ended
+            else:
+                live[source] = line[: len(line) - len(printed)]
+                line = printed
         idx = line.find(PROTOCOL_PREFIX)
         if idx >= 0:
             head = collapse_cr(line[:idx])

@@ -65,6 +65,8 @@ class Runtime:
     node_resources: Mapping[str, Any] = field(default_factory=dict)
     #: MPI: the runtime lists `launcher` before `node` (its line comes first in the hostfile).
     launcher_first: bool = False
+    #: The kf-jupyter plugin that brings this runtime (None: the cluster's or the default's).
+    plugin: str | None = None
 
     @classmethod
     def from_manifest(cls, obj: Mapping[str, Any]) -> Runtime:
@@ -155,6 +157,7 @@ class Runtime:
             "num_proc_per_node": self.num_proc_per_node,
             "deprecated": self.deprecated,
             "namespace": self.namespace,
+            "plugin": self.plugin,
         }
 
 

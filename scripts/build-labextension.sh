@@ -7,7 +7,8 @@
 #   scripts/build-labextension.sh --prod     # production build (as in the wheel)
 #   scripts/build-labextension.sh --test     # also run the Jest unit tests
 #   scripts/build-labextension.sh --no-link  # build only
-#   scripts/build-labextension.sh --install-only  # jlpm install only (setup.sh, in the background)
+#   scripts/build-labextension.sh --install-only  # jlpm install only
+#   scripts/build-labextension.sh --link-only     # link the existing build into the venv only
 #
 # Needs Node.js >= 20; jlpm comes from the venv (jupyter-builder / jupyterlab).
 set -euo pipefail
@@ -15,14 +16,15 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 NAME=kf-jupyter-labextension
 
-prod=0 test=0 link=1 install_only=0
+prod=0 test=0 link=1 install_only=0 link_only=0
 for arg in "$@"; do
   case "$arg" in
     --install-only) install_only=1 ;;
+    --link-only) link_only=1 ;;
     --prod) prod=1 ;;
     --test) test=1 ;;
     --no-link) link=0 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "build-labextension: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +42,7 @@ if [ -z "${YARN_NPM_REGISTRY_SERVER:-}" ] && command -v npm >/dev/null; then
   [ -n "$reg" ] && export YARN_NPM_REGISTRY_SERVER="$reg"
 fi
 
+if ((!link_only)); then
 cd labextension
 start=$(date +%s)
 jlpm install
@@ -53,6 +56,8 @@ if ((prod)); then jlpm build:prod; else jlpm build; fi
 rm -f "$ROOT/kf_jupyter/labextension/install.json"
 echo "build-labextension: built $ROOT/kf_jupyter/labextension in $(( $(date +%s) - start )) s"
 if ((test)); then jlpm test; fi
+cd "$ROOT"
+fi
 
 if ((link)) && [ -x "$VENV/bin/python" ]; then
   dest_dir="$VENV/share/jupyter/labextensions"
@@ -62,5 +67,9 @@ if ((link)) && [ -x "$VENV/bin/python" ]; then
   if [ -e "$dest" ] && [ ! -L "$dest" ]; then rm -rf "$dest"; fi
   ln -sfn "$ROOT/kf_jupyter/labextension" "$dest"
   echo "build-labextension: linked $dest -> $ROOT/kf_jupyter/labextension"
-  "$VENV/bin/jupyter" labextension list 2>&1 | grep -F "$NAME" || true
+  # (a check that JupyterLab sees it: seconds when idle, a minute on a loaded machine, so not
+  # on setup.sh's path)
+  if ((!link_only)); then
+    "$VENV/bin/jupyter" labextension list 2>&1 | grep -F "$NAME" || true
+  fi
 fi

@@ -17,14 +17,17 @@ T0=$(date +%s)
 started=0
 
 # step "what it does (what it downloads, about how long)" command [args...]
-step() {
-  local what=$1 t rc=0
-  shift
+begin() {
   if ((!started)); then
     started=1
     : >"$LOG"
     echo "setup: output of the tools goes to $LOG"
   fi
+}
+step() {
+  local what=$1 t rc=0
+  shift
+  begin
   t=$(date +%s)
   printf '%s\n' "== $(date -u '+%F %T') $what" >>"$LOG"
   printf 'setup: %s ... ' "$what"
@@ -37,6 +40,35 @@ step() {
     exit "$rc"
   fi
   printf 'done (%s s)\n' "$(($(date +%s) - t))"
+}
+
+# uv_install ARGS...: `uv pip install ARGS` into the venv, with pip's own configuration (an index
+# mirror, local wheel folders, constraints, a CA file: `pip config list`, PIP_* variables
+# included), choosing across indexes as pip does; pip does it if uv fails.
+uv_install() {
+  local args=(--python "$VPY" --index-strategy unsafe-best-match) key val u
+  if [ ! -x "$ROOT/.venv/bin/uv" ] && ! "${PIP[@]}" "uv>=0.5"; then
+    echo "setup: no uv; pip does it instead"
+    "${PIP[@]}" "$@"
+    return
+  fi
+  while IFS= read -r kv; do
+    key=${kv%%=*} val=${kv#*=}
+    val=${val#\'} val=${val%\'}
+    case "${key##*.}" in
+      index-url) args+=(--index-url "$val") ;;
+      extra-index-url) for u in $val; do args+=(--extra-index-url "$u"); done ;;
+      find-links) for u in $val; do args+=(--find-links "$u"); done ;;
+      constraint) for u in $val; do args+=(--constraint "$u"); done ;;
+      no-index) [ "$val" = 0 ] || [ "$val" = false ] || args+=(--no-index) ;;
+      cert) export SSL_CERT_FILE=$val ;;
+      timeout | default-timeout) export UV_HTTP_TIMEOUT=$val ;;
+    esac
+  done < <("$VPY" -m pip config list 2>/dev/null)
+  if ! "$ROOT/.venv/bin/uv" pip install "${args[@]}" "$@"; then
+    echo "setup: uv failed; pip does it instead"
+    "${PIP[@]}" "$@"
+  fi
 }
 
 apt_install() {
@@ -61,11 +93,14 @@ if [ ! -x .venv/bin/python ]; then
   step "a virtualenv in .venv ($("$PY" --version 2>&1)) (under a minute)" "$PY" -m venv .venv
 fi
 VPY=$ROOT/.venv/bin/python
-PIP=("$VPY" -m pip install --progress-bar off --disable-pip-version-check)
+# --no-compile: no byte-compiling of the 2 GB of packages at install (most of it never
+# imported); Python writes a module's .pyc the first time it is imported instead.
+PIP=("$VPY" -m pip install --progress-bar off --disable-pip-version-check --no-compile)
 
 # The lab extension: built from labextension/ and linked into the venv, rebuilt only when its
-# sources change. On a first run its Node packages download in the background while pip works
-# (both mostly wait on the network); jlpm comes with jupyter-builder, installed first.
+# sources change. It is built in the background while pip installs the Python packages (its
+# Node packages, then tsc and webpack; pip mostly unpacks files): jlpm and jupyter-builder, all
+# the build needs from Python, are installed first.
 labext=0
 jlpm_pid=""
 JLPM_LOG=${LOG%.log}-node.log
@@ -80,16 +115,23 @@ if command -v node >/dev/null 2>&1; then
 else
   echo "setup: Node.js not found; the JupyterLab extension is not built (install Node.js >= 20)" >&2
 fi
-if ((labext)) && [ ! -d labextension/node_modules ]; then
-  if [ ! -x .venv/bin/jlpm ]; then
+if ((labext)); then
+  if [ ! -x .venv/bin/jlpm ] || [ ! -x .venv/bin/jupyter-builder ]; then
     step "jlpm, the lab extension's package manager (jupyter-builder; seconds)" \
       "${PIP[@]}" "jupyter-builder>=1.3"
   fi
-  echo "setup: the lab extension's Node packages (jlpm install: 650 packages, 420 MB in yarn's" \
-    "cache; 1-3 min) download in the background meanwhile; their log: $JLPM_LOG"
+  if [ -d labextension/node_modules ]; then
+    what="tsc and webpack; 30 s-3 min"
+  else
+    what="its 650 Node packages, 420 MB in yarn's cache, then tsc and webpack; 2-5 min"
+  fi
+  begin
+  echo "setup: the JupyterLab extension ($what) builds in the background meanwhile;" \
+    "its log: $JLPM_LOG"
   t_jlpm=$(date +%s)
-  # its own process group, so that a failed set-up stops all of it (node included)
-  VIRTUAL_ENV="$ROOT/.venv" setsid bash scripts/build-labextension.sh --install-only \
+  # its own process group, so that a failed set-up stops all of it (node included); linked
+  # into the venv below, once pip has made the venv's share/ folder
+  VIRTUAL_ENV="$ROOT/.venv" setsid bash scripts/build-labextension.sh --prod --no-link \
     >"$JLPM_LOG" 2>&1 </dev/null &
   jlpm_pid=$!
   trap '[ -n "$jlpm_pid" ] && kill -- "-$jlpm_pid" 2>/dev/null || true' EXIT
@@ -98,12 +140,17 @@ fi
 stamp=.venv/.kf-setup-stamp
 sum=$(cat pyproject.toml requirements/*.txt 2>/dev/null | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
-  step "pip itself, upgraded (seconds)" "${PIP[@]}" --upgrade pip
-  # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
-  step "PyTorch 2.13.0, CPU build (a 190 MB download, 750 MB on disk; 1-3 min)" \
-    "${PIP[@]}" "torch==2.13.0"
-  step "JAX, XGBoost, Transformers, JupyterLab 4.6, the Kubernetes client and the test tools (requirements/dev.txt: about 150 MB to download, 1.4 GB on disk; 4-7 min)" \
-    "${PIP[@]}" -r requirements/dev.txt
+  # One run, one resolver pass, torch pinned in it: an unpinned torch pulls a multi-GB CUDA
+  # build. uv (from PyPI, into the venv) downloads and unpacks in parallel: pip took 8 minutes
+  # here, nearly all of it waiting on one download or one file at a time. pip stays the
+  # fallback, and the venv's own pip is kept as it is (upgrading it gained nothing).
+  deps=("torch==2.13.0" -r requirements/dev.txt)
+  what="PyTorch 2.13.0 (CPU build), JAX, XGBoost, Transformers, JupyterLab 4.6, the Kubernetes client and the test tools (requirements/dev.txt: about 340 MB to download, 2.1 GB on disk"
+  if [ -z "${KF_SETUP_NO_UV:-}" ]; then
+    step "$what; 1-3 min)" uv_install "${deps[@]}"
+  else
+    step "$what; with pip, 4-8 min)" "${PIP[@]}" "${deps[@]}"
+  fi
   # The lab extension is built and linked by scripts/build-labextension.sh below, not by the hook.
   # The editable install copies shared-data into the venv: drop our link first so it cannot write
   # through it into kf_jupyter/labextension, and relink below.
@@ -118,9 +165,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
 fi
 if [ -n "$jlpm_pid" ]; then
   if kill -0 "$jlpm_pid" 2>/dev/null; then
-    printf 'setup: waiting for the Node packages ... '
+    printf 'setup: waiting for the JupyterLab extension ... '
   else
-    printf 'setup: the Node packages ... '
+    printf 'setup: the JupyterLab extension ... '
   fi
   rc=0
   wait "$jlpm_pid" || rc=$?
@@ -128,15 +175,13 @@ if [ -n "$jlpm_pid" ]; then
   if ((rc)); then
     printf 'FAILED\n'
     tail -n 30 "$JLPM_LOG" | sed 's/^/  | /' >&2
-    echo "setup: jlpm install failed (exit $rc); its whole output is in $JLPM_LOG" >&2
+    echo "setup: the lab extension's build failed (exit $rc); its whole output is in $JLPM_LOG" >&2
     exit "$rc"
   fi
-  took=$(sed -n 's/^build-labextension: Node packages installed in \([0-9]*\) s$/\1/p' "$JLPM_LOG")
-  printf 'done (%s s, in the background)\n' "${took:-$(($(date +%s) - t_jlpm))}"
-fi
-if ((labext)); then
-  step "the JupyterLab extension, built (about 30 s; linked into .venv)" \
-    env VIRTUAL_ENV="$ROOT/.venv" bash scripts/build-labextension.sh --prod
+  took=$(sed -n 's/^build-labextension: built .* in \([0-9]*\) s$/\1/p' "$JLPM_LOG")
+  printf 'built (%s s, in the background)\n' "${took:-$(($(date +%s) - t_jlpm))}"
+  step "the JupyterLab extension, linked into .venv (seconds)" \
+    env VIRTUAL_ENV="$ROOT/.venv" bash scripts/build-labextension.sh --link-only
   echo "$lsum" >"$lstamp"
 fi
 if ((started)); then

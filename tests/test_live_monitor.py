@@ -195,3 +195,77 @@ def test_live_and_static_renderings_escape_hostile_text(x: str) -> None:
         bad = [(t, a) for t, a in p.tags if t not in tags or set(a) - attrs]
         assert not bad, f"markup from the input became HTML: {bad}"
         assert x.replace("\r", "") in "".join(p.text).replace("\r", "")
+
+
+BAR_18 = " 47%|████▋     | 18/38 [00:18<00:12]"
+BAR_19 = " 50%|█████     | 19/38 [00:19<00:11]"
+BAR_DONE = "100%|██████████| 38/38 [00:38<00:00]"
+
+
+def test_a_print_while_a_bar_is_drawn_is_a_clean_line_in_the_widget_and_static_views() -> None:
+    """Issue 22: `print()` while tqdm's bar is drawn ends the bar's terminal line, so the line
+    came as `...[00:19<00:11]rank 0 step 19 loss`; the kernel's widget log and the static
+    output showed the bar's fragment in front of the printed text (the lab already split it)."""
+    st = LogState()
+    st.add("rank-0", "starting")
+    assert not st.add("rank-0", "\r" + BAR_18)  # an update: the live line, not printed
+    assert st.add("rank-0", BAR_19 + "rank 0 step 19 loss 0.5")
+    assert st.printed == ["rank 0 step 19 loss 0.5"]  # the text view prints it clean
+    assert list(st.tails["rank-0"]) == ["starting", "rank 0 step 19 loss 0.5", BAR_19]
+    view = html.unescape(re.sub(r"<[^>]+>", "", st.render_log_html()))
+    assert "[rank-0] rank 0 step 19 loss 0.5" in view
+    assert "[00:19<00:11]rank 0" not in view
+    assert view.rstrip().endswith(BAR_19)  # the bar stays the rank's last (live) line
+    # the bar's last state ends its line: shown once, where the bar was
+    assert st.add("rank-0", BAR_DONE)
+    assert list(st.tails["rank-0"]) == ["starting", "rank 0 step 19 loss 0.5", BAR_DONE]
+    job = TrainJob(name="j", status=COMPLETE, backend="local")
+    static = final_bundle(st, job, "j", "local")
+    assert "[00:19<00:11]rank 0" not in html.unescape(static["text/html"])
+    assert "rank 0 step 19 loss 0.5" in html.unescape(static["text/html"])
+    # an ordinary line after an ordinary line is untouched
+    assert st.add("rank-0", "plain | line 100%")
+    assert st.printed == ["plain | line 100%"]
+
+
+def test_a_print_while_a_bar_is_drawn_is_clean_in_the_text_log() -> None:
+    """`%kf_logs` and the server's full log (logview.readable) print the line clean too."""
+    from kf_jupyter.logview import readable
+    from kf_jupyter.types import LogRecord
+
+    recs = [
+        LogRecord("rank-0", "\r" + BAR_18),
+        LogRecord("rank-0", BAR_19 + "rank 0 step 19 loss 0.5"),
+        LogRecord("rank-1", "other"),
+        LogRecord("rank-0", "\r" + BAR_19),
+        LogRecord("rank-0", BAR_DONE),
+        LogRecord("rank-0", "plain | line 100%"),
+    ]
+    assert [(r.source, r.line) for r in readable(recs)] == [
+        ("rank-0", "rank 0 step 19 loss 0.5"),
+        ("rank-1", "other"),
+        ("rank-0", BAR_DONE),
+        ("rank-0", "plain | line 100%"),
+    ]
+
+
+def test_a_settled_monitor_is_its_static_view_and_only_the_last_few_stay(monkeypatch) -> None:
+    """Issue 22: when a job ends, the monitor's widget model (which a page that was away still
+    shows from its saved live output) becomes the static view; its other models are closed,
+    and only the last KEEP_SETTLED settled views stay open."""
+    from kf_jupyter.widgets import monitor as mon
+
+    monkeypatch.setattr(mon, "KEEP_SETTLED", 2)
+    monkeypatch.setattr(mon, "_SETTLED", mon.deque())
+    monitors = []
+    for i in range(3):
+        m = mon.JobMonitor(None, f"job-{i}", backend="local", records=[], poll_status=False)
+        m.state.add("rank-0", f"line of job {i}")
+        filt = m.rank_filter
+        m.settle(m.final_bundle(TrainJob(name=f"job-{i}", status=COMPLETE, backend="local")))
+        assert filt.comm is None  # the live controls' models are closed
+        (view,) = m.widget.children
+        assert "kf-monitor-static" in view.value and f"line of job {i}" in view.value
+        monitors.append(m)
+    assert monitors[0].widget.comm is None  # the oldest was closed: two stay
+    assert monitors[1].widget.comm is not None and monitors[2].widget.comm is not None

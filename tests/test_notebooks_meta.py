@@ -30,6 +30,7 @@ NOTEBOOKS = [
     "07-metrics.ipynb",
     "08-progress.ipynb",
     "09-transformers.ipynb",
+    "10-sweeps.ipynb",
 ]
 TRAIN_MAGICS = (
     "%%torchtrain",
@@ -69,7 +70,7 @@ def _training_source(cell: nbformat.NotebookNode) -> str | None:
     return None
 
 
-def test_the_seven_tutorials_are_there_and_nothing_else():
+def test_the_tutorials_are_there_and_nothing_else():
     assert sorted(p.name for p in NB_DIR.glob("*.ipynb")) == NOTEBOOKS
 
 
@@ -117,6 +118,9 @@ def test_training_cells_show_only_the_monitor_and_their_results_are_checked(name
     if name == "05-config-and-options.ipynb":
         assert not trains  # dry runs only
         return
+    if name == "10-sweeps.ipynb":
+        _check_sweep_cells(cells, trains)
+        return
     assert len(trains) == 1, name
     i = trains[0]
     train = cells[i]
@@ -133,6 +137,23 @@ def test_training_cells_show_only_the_monitor_and_their_results_are_checked(name
     result = cells[i + 1]
     assert _checked(result)
     assert _stdout(result).startswith("Complete\n")
+
+
+def _check_sweep_cells(cells: list[nbformat.NotebookNode], trains: list[int]) -> None:
+    """The sweep notebook: a local sweep, then the same on a cluster (guarded). The local one's
+    only output is the sweep's static view (table and curves, no widget, no live MIME type), and
+    the next cell checks the result with the SDK's OptimizerClient."""
+    assert len(trains) == 2
+    local, cluster = (cells[i] for i in trains)
+    assert " --sweep " in _training_source(local) and " -o sweep" in _training_source(local)
+    assert cluster.source.startswith("%%if_cluster\n%%torchtrain --backend kubernetes")
+    assert [o.output_type for o in local.outputs] == ["display_data"]
+    data = local.outputs[0].data
+    assert set(data) == {"text/html", "text/plain"}, set(data)
+    assert "kf-sweep-static" in data["text/html"] and "data-status='Complete'" in data["text/html"]
+    assert "<img" in data["text/html"] and "★ best" in data["text/html"]
+    result = cells[trains[0] + 1]
+    assert _checked(result) and _stdout(result).startswith("Complete ")
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

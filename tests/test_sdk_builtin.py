@@ -245,3 +245,82 @@ def test_builtin_trainer_on_the_api_server(k8s_client, k8s_cluster) -> None:
     assert spec["runtimeRef"]["name"] == TUNE
     assert k8s_client.get_job(name).runtime.name == TUNE
     k8s_client.delete_job(name)
+
+
+@pytest.mark.slow
+def test_torchtune_job_runs_to_completion_on_the_harness(k8s_client) -> None:
+    """A BuiltinTrainer(TorchTuneConfig) job runs to the end on the harness, as a user sees it.
+
+    The stand-in controller gives the trainer pod the command the Trainer builds for `tune run`
+    (recipe and config from the job's shape, the runtime's immutable overrides); the torchtune
+    image's `tune` is played by tests/k8s_cluster/tune_standin.py, since the real one needs the
+    model and GPUs. Before the stand-in had both, the node pod failed (`tune`: not found).
+    """
+    init = sdk.Initializer(
+        dataset=sdk.HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca/data"),
+        model=sdk.HuggingFaceModelInitializer(storage_uri="hf://meta-llama/Llama-3.2-1B-Instruct"),
+    )
+    config = sdk.TorchTuneConfig(epochs=2, batch_size=2, resources_per_node={"cpu": 1})
+    name = k8s_client.train(
+        runtime=k8s_client.get_runtime(TUNE), initializer=init, trainer=sdk.BuiltinTrainer(config)
+    )
+    job = k8s_client.wait_for_job_status(name, {"Complete", "Failed"}, timeout=180)
+    logs = list(k8s_client.get_job_logs(name))
+    assert job.status == "Complete", "".join(logs)
+    steps = {s.name: s.status for s in job.steps}
+    assert steps == {
+        "dataset-initializer": "Succeeded",
+        "model-initializer": "Succeeded",
+        "node-0": "Succeeded",
+    }
+    text = "".join(logs)
+    # one node, one process (no GPU, 1 CPU): the Trainer picks the single-device recipe
+    assert "recipe full_finetune_single_device, config llama3_2/1B_full_single_device" in text
+    assert "stand-in torchtune: epochs=2" in text and "batch_size=2" in text
+    assert "checkpointer.checkpoint_dir=/workspace/model" in text  # the runtime's overrides
+    assert sum(1 for line in logs if "|Loss: " in line) == 2 * 3
+    init_log = "".join(k8s_client.get_job_logs(name, step="model-initializer"))
+    assert "hf://meta-llama/Llama-3.2-1B-Instruct" in init_log
+    k8s_client.delete_job(name)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "expected"),
+    [
+        ({"resourcesPerNode": {"limits": {"cpu": "1"}}}, ["full_finetune_single_device", "--config", "llama3_2/1B_full_single_device"]),
+        ({}, ["--rdzv_endpoint=tune-1-node-0-0.tune-1:29500", "full_finetune_distributed", "--config", "llama3_2/1B_full"]),
+        ({"args": ["model.lora_attn_modules=[q_proj]"], "numProcPerNode": 2}, ["--rdzv_endpoint=tune-1-node-0-0.tune-1:29500", "lora_finetune_distributed", "--config", "llama3_2/1B_lora"]),
+        ({"args": ["model.quantize_base=True"], "resourcesPerNode": {"limits": {"nvidia.com/gpu": "1"}}}, ["lora_finetune_single_device", "--config", "llama3_2/1B_qlora_single_device"]),
+    ],
+)  # fmt: skip
+def test_the_harness_completes_a_tune_run_command_as_the_trainer_does(trainer, expected) -> None:
+    """The stand-in's copy of torch.go:175-200 / torchtune.go getRecipeAndConfig (v2.3.0): the
+    runtime asks for 2 GPUs, so with no resources given it is the distributed recipe."""
+    import yaml
+
+    from kf_jupyter.backends.local.runtimes import manifests_dir
+    from tests.k8s_cluster.trainer_model import torchtune_command
+
+    path = manifests_dir() / "base/runtimes/torchtune/llama3_2/llama3_2_1B.yaml"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            runtime = yaml.safe_load(fh)
+    except OSError:
+        pytest.skip("no Trainer manifests beside the repository")
+    tj = {
+        "metadata": {"name": "tune-1"},
+        "spec": {"runtimeRef": {"name": TUNE}, "trainer": {"command": ["tune", "run"], **trainer}},
+    }
+    command = torchtune_command(tj, runtime, 1, runtime_command(runtime))
+    assert command[:2] == ["tune", "run"]
+    assert command[2 : 2 + len(expected)] == expected
+    assert "output_dir=/workspace/output" in command
+
+
+def runtime_command(runtime: dict[str, Any]) -> list[str]:
+    """The `node` container's command in a runtime manifest."""
+    for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        for c in rj["template"]["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == "node":
+                return list(c.get("command") or [])
+    return []

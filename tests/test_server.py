@@ -270,6 +270,24 @@ def test_runtimes_by_framework(fetch: Callable) -> None:
     assert {"name", "image", "num_nodes", "num_proc_per_node"} <= set(torch[0])
 
 
+def test_runtimes_list_an_installed_plugins_runtime(fetch: Callable, monkeypatch) -> None:
+    """The lab sidebar's runtimes list comes from this route: a plugin's runtime is in it, under
+    its framework, with the plugin's name (tests/test_plugins.py installs the real package)."""
+    from kf_jupyter import plugins
+    from tests.test_plugins import GOOD, _eps
+
+    monkeypatch.syspath_prepend(str(GOOD))
+    monkeypatch.setattr(plugins, "_entry_points", lambda: _eps(("ring", "kf_ring.plugin:plugin")))
+    plugins.reload()
+    try:
+        ring = body(fetch(API, "runtimes", params={"backend": "local", "framework": "ring"}))
+    finally:
+        plugins.registry.cache_clear()
+    assert [(r["name"], r["framework"], r["plugin"], r["runs_here"]) for r in ring["runtimes"]] == [
+        ("ring-distributed", "ring", "ring", True)
+    ]
+
+
 def test_runtimes_say_which_cannot_run_locally_and_why(
     fetch: Callable, kernel_client: TrainerClient
 ) -> None:

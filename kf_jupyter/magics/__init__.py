@@ -10,10 +10,15 @@ from typing import Any
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register `KubeflowMagics` (configurable: `%config KubeflowMagics.backend = ...`)."""
+    from .compare import CompareMagics
     from .core import KubeflowMagics
+    from .sweep import SweepMagics
 
     magics = KubeflowMagics(shell=ipython)
     ipython.register_magics(magics)
+    ipython.register_magics(CompareMagics(shell=ipython, core=magics))
+    ipython.register_magics(SweepMagics(shell=ipython, core=magics))
+    magics.register_plugin_magics()
     magics.prestart()
 
 

@@ -22,6 +22,7 @@ from IPython.utils.process import arg_split
 from traitlets import Any as AnyTrait
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
+from .. import plugins
 from ..config import RuntimeConfig, SecretRef, mask_secrets
 from ..errors import (
     ClusterUnreachableError,
@@ -159,6 +160,17 @@ def _training_args(framework: str) -> Any:
     if framework == "torch":
         decorators.append(ma.argument("--max-restarts", type=int, default=None))
     decorators += [
+        ma.argument(
+            "--sweep",
+            action="append",
+            default=None,
+            help="a swept parameter, repeatable: 'lr=loguniform(1e-4,1e-1)', 'b=choice(16,32)'",
+        ),
+        ma.argument("--trials", type=int, default=None, help="sweep: number of trials"),
+        ma.argument("--parallel", type=int, default=None, help="sweep: trials at a time"),
+        ma.argument("--objective", default=None, help="sweep: METRIC:min|max (loss:min)"),
+        ma.argument("--algorithm", default=None, help="sweep: random (default) or grid"),
+        ma.argument("--seed", type=int, default=None, help="sweep: random search seed"),
         ma.argument("--dry-run", action="store_true", help="show what would be submitted"),
         ma.argument("--no-wait", action="store_true", help="return at once"),
         ma.argument("-o", "--out", default=None, help="variable that receives the job handle"),
@@ -427,6 +439,55 @@ class KubeflowMagics(Magics):
             )
         return self._guard(self._train, framework, args, cell)
 
+    def register_plugin_magics(self) -> None:
+        """`%%<name>` for every trainer an installed plugin registers (kf_jupyter.plugins);
+        a plugin that did not load gets one warning paragraph (logged), and the rest works."""
+        from .. import plugins
+
+        reg = plugins.registry()  # a plugin that did not load was logged there, once
+        for magic_name, cls in reg.trainers.items():
+            self.shell.register_magic_function(
+                self._plugin_magic(magic_name, cls, reg.owner["magic:" + magic_name]),
+                "line_cell",
+                magic_name,
+            )
+
+    def _plugin_magic(self, magic_name: str, cls: type, plugin: str) -> Any:
+        import dataclasses
+
+        procs = "num_proc_per_node" in {f.name for f in dataclasses.fields(cls)}
+
+        def magic(line: str, cell: str | None = None) -> None:
+            return self._train_magic(magic_name, magic, line, cell)
+
+        magic.__name__ = magic_name
+        magic.__doc__ = (
+            f"Run the cell, or a script file (line form), as a {cls.__name__} job (from the "
+            f"kf-jupyter plugin {plugin!r}; runtimes of framework "
+            f"{', '.join(cls.supported_frameworks)}).\n\n{cls.__doc__ or ''}"
+        )
+        return _training_args("mpi" if procs else "plain")(magic)
+
+    @ma.magic_arguments()
+    @ma.argument(
+        "--reload", action="store_true", help="read the installed plugins again (after pip)"
+    )
+    @line_magic
+    def kf_plugins(self, line: str) -> None:
+        """List the installed kf-jupyter plugins (entry points `kf_jupyter.plugins`) and what
+        each adds; `%kf_plugins --reload` reads the entry points again."""
+        args = _parse_args(self.kf_plugins, line)
+        if args is None:
+            return None
+        if args.reload:
+            plugins.reload()
+            self.register_plugin_magics()
+        self._table(
+            ("plugin", "package", "adds", "status"),
+            plugins.plugin_rows(),
+            f"No kf-jupyter plugins installed (entry-point group {plugins.ENTRY_POINT_GROUP}).",
+        )
+
     def _user_value(self, var: str, flag: str) -> Any:
         ns = self.shell.user_ns
         if var not in ns:
@@ -540,13 +601,19 @@ class KubeflowMagics(Magics):
             program["func"].__kf_argv0__ = CELL_ARGV0
         return program
 
-    def _config_trainer(self, args: Any, cell: str | None) -> BaseTrainer:
-        """%%transformerstrain: the cell (or the file named on the line) is the configuration."""
+    def _config_trainer(
+        self, args: Any, cell: str | None, cls: type | None = None, magic: str = "transformerstrain"
+    ) -> BaseTrainer:
+        """%%transformerstrain, or a plugin's configuration-driven (Tier-2) trainer's magic:
+        the cell (or the file named on the line) is the configuration."""
+        import dataclasses
+
         from ..transformers_trainer import TransformersTrainer, parse_config_text
 
+        cls = cls or TransformersTrainer
         if args.args or args.script_args:
             raise ValidationError(
-                "%%transformerstrain takes its settings from the configuration in the cell; "
+                f"%%{magic} takes its settings from the configuration in the cell; "
                 "--args and arguments after -- do not apply. Put the values in the YAML."
             )
         if cell is None:
@@ -562,15 +629,24 @@ class KubeflowMagics(Magics):
             "num_nodes": args.num_nodes or self.num_nodes,
             "resources_per_node": _resources(args.resources),
             "image": args.image or self.image,
-            "num_proc_per_node": args.num_proc_per_node or self.num_proc_per_node,
         }
-        if args.max_restarts is not None:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if "num_proc_per_node" in fields:
+            kwargs["num_proc_per_node"] = (
+                getattr(args, "num_proc_per_node", None) or self.num_proc_per_node
+            )
+        if getattr(args, "max_restarts", None) is not None and "max_restarts" in fields:
             kwargs["max_restarts"] = args.max_restarts
-        return TransformersTrainer(**kwargs)
+        return cls(**kwargs)
 
     def _trainer(self, framework: str, args: Any, cell: str | None) -> BaseTrainer:
         if framework == "transformers":
             return self._config_trainer(args, cell)
+        from ..tier2 import ConfigTrainer
+
+        plugin_cls = None if framework in TRAINER_CLASSES else plugins.trainer_for_magic(framework)
+        if plugin_cls is not None and issubclass(plugin_cls, ConfigTrainer):
+            return self._config_trainer(args, cell, plugin_cls, framework)
         names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
         program = self._program(args, cell, names)
         func_args = self._func_args(names)
@@ -581,7 +657,10 @@ class KubeflowMagics(Magics):
             "resources_per_node": _resources(args.resources),
             "image": args.image or self.image,
         }
-        if framework in ("torch", "mpi"):
+        cls = TRAINER_CLASSES.get(framework) or plugins.trainer_for_magic(framework)
+        if cls is None:
+            raise ValidationError(f"No trainer for %%{framework}; %kf_plugins lists plugins.")
+        if framework in ("torch", "mpi") or hasattr(args, "num_proc_per_node"):
             kwargs["num_proc_per_node"] = args.num_proc_per_node or self.num_proc_per_node
         if framework == "torch" and args.max_restarts is not None:
             kwargs["max_restarts"] = args.max_restarts
@@ -589,7 +668,7 @@ class KubeflowMagics(Magics):
             kwargs["initialize_distributed"] = False
         if framework == "xgboost" and args.no_setup:
             kwargs["setup_collective"] = False
-        return TRAINER_CLASSES[framework](**kwargs)
+        return cls(**kwargs)
 
     def _warn_free_names(self, cf: Any) -> None:
         if cf.free_names:
@@ -603,6 +682,15 @@ class KubeflowMagics(Magics):
             )
 
     def _train(self, framework: str, args: Any, cell: str | None) -> None:
+        from .sweepargs import parse_plan
+
+        names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
+        plan = parse_plan(args, names)
+        if plan is not None:  # a sweep (docs/notebook.md, "Sweeps"): kf_jupyter.magics.sweep
+            from .sweep import run_sweep
+
+            run_sweep(self, framework, args, cell, plan)
+            return
         trainer = self._trainer(framework, args, cell)
         rc = _with_workspace(self._runtime_config(args), args)
         options = self._options(args)
@@ -769,8 +857,10 @@ class KubeflowMagics(Magics):
         monitor.finish(job)
         monitor.set_waiting(False)
         if shown is not None:  # main thread, before the cell ends: lands in this cell's output
-            shown.update(monitor.final_bundle(job), raw=True)
-            monitor.close()  # shown nowhere now: free its widget models (kernel and front end)
+            final = monitor.final_bundle(job)
+            shown.update(final, raw=True)
+            # its widget becomes that static view too, for a page that was away (see settle)
+            monitor.settle(final)
         if status_label(job) == "Cancelled":
             raise _fail(f"Job {handle.name} was cancelled; its processes were stopped.")
         if job.status == FAILED:

@@ -177,7 +177,11 @@ def runtime_rows(runtimes: Sequence[Any]) -> list[list[str]]:
             if r.deprecated
             else "cluster only"
             if r.annotations.get(LOCAL_UNSUPPORTED_ANNOTATION)
-            else ("default" if r.is_default else ""),
+            else (
+                "default"
+                if r.is_default
+                else (f"plugin {r.plugin}" if getattr(r, "plugin", None) else "")
+            ),
         ]
         for r in runtimes
     ]

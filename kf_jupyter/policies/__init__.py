@@ -25,21 +25,34 @@ POLICIES: dict[str, Policy] = {
 OWN_ENV_PREFIX = "KF_JUPYTER_"
 
 
+#: The policies the Kubeflow Trainer itself enforces (mlPolicy.<name>); any other policy's
+#: environment is set by the job's command on a cluster (see `Policy.command_env`).
+TRAINER_POLICIES = frozenset({"torch", "mpi", "jax", "xgboost"})
+
+
 def get_policy(name: str) -> Policy:
-    """The policy for an ML policy name (unknown names get the plain policy)."""
-    return POLICIES.get(name, POLICIES["plain"])
+    """The policy for an ML policy name: built-in, else a plugin's, else the plain policy."""
+    policy = POLICIES.get(name)
+    if policy is not None:
+        return policy
+    from ..plugins import get_policy as plugin_policy
+
+    return plugin_policy(name) or POLICIES["plain"]
 
 
 def reserved_env() -> frozenset[str]:
-    """Every name the Trainer injects for some policy."""
+    """Every name the Trainer (or a plugin policy) injects for some policy."""
+    from ..plugins import registry
+
     out: set[str] = set()
-    for p in POLICIES.values():
+    for p in [*POLICIES.values(), *registry().policies.values()]:
         out |= p.reserved_env
     return frozenset(out)
 
 
 __all__ = [
     "POLICIES",
+    "TRAINER_POLICIES",
     "JobShape",
     "Payload",
     "Policy",

@@ -9,6 +9,7 @@ Mirrors the Trainer's EnforceMLPolicy plugins (see docs/architecture.md). A poli
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -168,6 +169,24 @@ class Policy:
         """node_env() with the cluster's names: `<job>-node-0-0.<job>` and port 29500."""
         return self.node_env(
             shape, index, f"{shape.name}-node-0-0.{shape.name}", DEFAULT_MASTER_PORT
+        )
+
+    def command_env(self, shape: JobShape) -> str:
+        """Bash lines that export node i's `cluster_env` in the pod whose `JOB_COMPLETION_INDEX`
+        is i: how a policy the Trainer does not enforce (a plugin's) gets its environment on a
+        cluster. '' when the policy sets no environment."""
+        cases = []
+        for i in range(shape.hosts):
+            env = self.cluster_env(shape, i)
+            if env:
+                words = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+                cases.append(f"  {i}) export {words} ;;\n")
+        if not cases:
+            return ""
+        return (
+            f'case "${{JOB_COMPLETION_INDEX:-0}}" in\n{"".join(cases)}'
+            f'  *) echo "kf-jupyter: no {self.name} environment for node index '
+            f'$JOB_COMPLETION_INDEX" >&2; exit 1 ;;\nesac\n'
         )
 
     def local_processes(self, shape: JobShape, port: int, job_dir: str) -> list[ProcessSpec]:

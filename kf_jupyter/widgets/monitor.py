@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +30,14 @@ from .static import final_bundle, status_label
 BUSY_NOTE = (
     "<small class='kf-busy-note'>The kernel is busy with this cell, so these controls respond "
     "when it ends. To stop the job now: interrupt the kernel (&#9632;), then press Cancel.</small>"
+)
+
+
+#: Lets the header's HTML widget shrink below its text's width (ipywidgets keeps an HTML's
+#: content at its full width), so the header stays one row in a narrow window.
+HEADER_STYLE = (
+    "<style>.kf-widget-header .widget-html,.kf-widget-header .widget-html-content"
+    "{min-width:0;flex:1 1 auto;overflow:hidden}</style>"
 )
 
 
@@ -145,7 +154,7 @@ class JobMonitor:
         self.error: BaseException | None = None
         self.waiting = ""  # why a Created/Suspended job is not running (reason: message)
 
-        self.header = w.HTML(self._header_html())
+        self.header = w.HTML(self._header_html(), layout=w.Layout(flex="1 1 auto", min_width="0"))
         # a description labels the select (axe: select-name), as the lab monitor's aria-label
         self.rank_filter = w.Dropdown(
             options=[("all ranks", "")],
@@ -176,7 +185,10 @@ class JobMonitor:
         self.footer = w.HTML(self._footer_html())
         self.widget = w.VBox(
             [
-                w.HBox([self.header, self.rank_filter, self.suspend_button, self.cancel_button]),
+                w.HBox(
+                    [self.header, self.rank_filter, self.suspend_button, self.cancel_button],
+                    layout=w.Layout(align_items="center"),
+                ).add_class("kf-widget-header"),
                 self.note,
                 self.progress,
                 self.chart,
@@ -222,11 +234,19 @@ class JobMonitor:
         end = self.ended or time.time()
         colour = _BADGE.get(self.status, "#6c757d")
         rt = f" · runtime {html.escape(self.runtime)}" if self.runtime else ""
+        where = f"{html.escape(self.name)} · {html.escape(self.backend)}{rt}"
+        # One row at every width: the name and where it runs give way (cut with an ellipsis,
+        # whole in the title), the status and elapsed time keep their size (HEADER_STYLE lets
+        # the HTML widget shrink at all).
         return (
-            f"<b>{html.escape(self.name)}</b> · {html.escape(self.backend)}{rt} · "
+            f"{HEADER_STYLE}<div class='kf-head-row' style='display:flex;gap:4px;"
+            "align-items:baseline;white-space:nowrap;min-width:0'>"
+            f"<span class='kf-head-where' title='{where}' style='overflow:hidden;"
+            f"text-overflow:ellipsis;min-width:3em'><b>{html.escape(self.name)}</b> · "
+            f"{html.escape(self.backend)}{rt}</span><span style='flex:none'> · "
             f"<span class='kf-status' style='background:{colour};color:white;padding:1px 6px;"
             f"border-radius:8px'>{html.escape(self.status)}</span> · "
-            f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span>"
+            f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span></span></div>"
         ) + (
             f"<br><small class='kf-waiting'>{html.escape(self.waiting)}</small>"
             if self.waiting and self.status in ("Created", "Suspended")
@@ -465,6 +485,27 @@ class JobMonitor:
         self.stop()
         close_widget_tree(self.widget)
 
+    def settle(self, bundle: dict[str, Any]) -> None:
+        """Stop following; the monitor's outer widget becomes the job's static view (`bundle`,
+        from `final_bundle`) and every other model of it is closed.
+
+        The cell's display shows the static bundle itself; this is for a page that was away
+        when the job ended (closed, or reloaded before it saved): its notebook still holds the
+        live output, whose widget view then renders the finished view instead of a monitor
+        that stopped moving or "model not found", as the lab extension's view does. Only the
+        last `KEEP_SETTLED` such views stay (two small models each, no log buffer).
+        """
+        import ipywidgets as w
+
+        self.stop()
+        old = list(self.widget.children)
+        self.widget.children = [w.HTML(bundle.get("text/html", ""))]
+        for child in old:
+            close_widget_tree(child)
+        _SETTLED.append(self.widget)
+        while len(_SETTLED) > KEEP_SETTLED:
+            close_widget_tree(_SETTLED.popleft())
+
     def join(self, timeout: float | None = None) -> None:
         """Wait for the log stream to end and the last flush to be sent."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -494,6 +535,11 @@ class JobMonitor:
                     f" failed — last lines:</b><pre style='margin:0'>{body}</pre></div>"
                 )
                 self.failure.layout.display = ""
+
+
+#: How many ended jobs' widgets stay open as their static view (see `JobMonitor.settle`).
+KEEP_SETTLED = 20
+_SETTLED: deque[Any] = deque()
 
 
 def close_widget_tree(widget: Any) -> None:

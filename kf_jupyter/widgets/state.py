@@ -14,7 +14,7 @@ from collections import deque
 from typing import Any
 
 from ..constants import REPORT_PREFIX, RESULT_PREFIX
-from ..logview import DumpFolder, collapse_cr, is_banner, is_update
+from ..logview import DumpFolder, after_bar, collapse_cr, is_banner, is_update
 from ..report import parse_report
 
 #: Rank prefix colours, each at least 4.5:1 against a light theme's backgrounds (white, #eee).
@@ -62,6 +62,19 @@ def _source_key(source: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else -1, source)
 
 
+#: The dark palette for a dark JupyterLab theme, carried by the log itself: the lab extension's
+#: stylesheet does the same, but the kernel's views also show where the extension is absent
+#: (its ipywidget monitor, its static output), and the light colours fall to 3.4:1 there.
+DARK_STYLE = (
+    "<style>"
+    + "".join(
+        f"body[data-jp-theme-light='false'] .kf-src-{i}{{color:{c}!important}}"
+        for i, c in enumerate(PALETTE_DARK)
+    )
+    + "</style>"
+)
+
+
 def log_box_html(body: str, max_height: str | None = "24em") -> str:
     """A log box that opens at its end without JavaScript (a scroll box in column-reverse when
     `max_height` is set), wrapping long lines at word boundaries (a word longer than the line is
@@ -74,7 +87,7 @@ def log_box_html(body: str, max_height: str | None = "24em") -> str:
     # a scroll box is reachable from the keyboard (axe: scrollable-region-focusable)
     focus = " tabindex='0' role='log' aria-label='Job log'" if max_height else ""
     return (
-        f"<div class='kf-log-box'{focus} style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
+        f"{DARK_STYLE}<div class='kf-log-box'{focus} style='{box}'><pre class='kf-log-text' style='flex-shrink:0;"
         "margin:0;font-family:monospace;font-size:12px;line-height:1.3;white-space:pre-wrap;"
         f"overflow-wrap:break-word;word-break:normal'>{body}</pre></div>"
     )
@@ -186,6 +199,17 @@ class LogState:
             return None
         text = collapse_cr(line)
         self.log_dirty = True
+        if source in self._open and not update and self.tails[source]:
+            printed = after_bar(self.tails[source][-1], text)
+            if printed is not None:
+                # a print while the bar is drawn, on the bar's terminal line (`...[00:19<00:11]
+                # rank 0 step 19 loss`): the printed text becomes a clean line, and the bar
+                # (its state in this line) stays the source's live last line, as in the lab
+                self._drop_last(source)
+                self._append(source, printed)
+                self._append(source, text[: len(text) - len(printed)])
+                self.printable = printed
+                return True
         if source in self._open:
             if text.strip() or update:
                 self._replace_last(source, text)
@@ -199,6 +223,19 @@ class LogState:
         if update:
             self._open[source] = True
         return not update
+
+    def _append(self, source: str, text: str) -> None:
+        self.buffer.append((source, text))
+        self.tails[source].append(text)
+
+    def _drop_last(self, source: str) -> None:
+        for i in range(len(self.buffer) - 1, -1, -1):
+            if self.buffer[i][0] == source:
+                del self.buffer[i]
+                break
+        tail = self.tails[source]
+        if tail:
+            tail.pop()
 
     def _replace_last(self, source: str, text: str) -> None:
         for i in range(len(self.buffer) - 1, -1, -1):

@@ -18,9 +18,11 @@ import { Menu } from '@lumino/widgets';
 
 import { ITarget } from './api';
 import { trainerIcon } from './icon';
+import { createCompareWidget } from './compare';
 import { createJobWidget, JobPanel, jobWidgetId } from './jobpanel';
 import { liveMonitorFactory } from './livemonitor';
 import { TrainerSidebar } from './sidebar';
+import { liveSweepFactory } from './sweep';
 import { CELL_TEMPLATES, ICellTemplate } from './templates';
 
 export const PLUGIN_ID = 'kf-jupyter-labextension:plugin';
@@ -29,6 +31,7 @@ export namespace CommandIDs {
   export const refresh = 'kf-jupyter:refresh';
   export const openSidebar = 'kf-jupyter:open-sidebar';
   export const openJob = 'kf-jupyter:open-job';
+  export const compareJobs = 'kf-jupyter:compare-jobs';
   export const insertPrefix = 'kf-jupyter:insert-';
 }
 
@@ -69,6 +72,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }),
         -20
       );
+      rendermime.addFactory(liveSweepFactory(), -20);
     }
 
     const sidebar = new TrainerSidebar();
@@ -118,6 +122,33 @@ const plugin: JupyterFrontEndPlugin<void> = {
     sidebar.openRequested.connect((_, args) => {
       void commands.execute(CommandIDs.openJob, {
         name: args.name,
+        backend: args.backend,
+        namespace: args.namespace ?? ''
+      });
+    });
+
+    commands.addCommand(CommandIDs.compareJobs, {
+      label: 'Compare Kubeflow Trainer Jobs',
+      caption: 'Overlay the metric curves of several jobs',
+      icon: trainerIcon,
+      execute: args => {
+        const names = Array.isArray(args.names) ? args.names.map(String) : [];
+        if (names.length === 0) {
+          return;
+        }
+        const target: ITarget = {
+          backend: String(args.backend || sidebar.target.backend || 'local'),
+          namespace: args.namespace ? String(args.namespace) : null
+        };
+        const widget = createCompareWidget(target, names);
+        shell.add(widget, jobArea, { rank: 900 });
+        reveal(widget.id);
+        return widget;
+      }
+    });
+    sidebar.compareRequested.connect((_, args) => {
+      void commands.execute(CommandIDs.compareJobs, {
+        names: args.names,
         backend: args.backend,
         namespace: args.namespace ?? ''
       });

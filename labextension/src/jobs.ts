@@ -63,6 +63,8 @@ export interface IRuntime {
   runs_here?: boolean;
   /** Why this backend cannot run it (the error `train` would give), else null. */
   unsupported_reason?: string | null;
+  /** The kf-jupyter plugin that brings this runtime (entry points kf_jupyter.plugins), else null. */
+  plugin?: string | null;
 }
 
 export interface IBackendInfo {

@@ -128,8 +128,8 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
     const head = h(
       'div',
       { className: 'kf-live-header' },
-      h('b', { className: 'kf-live-name' }, p.name),
-      h('span', { className: 'kf-live-where' }, ` · ${where} · `),
+      h('b', { className: 'kf-live-name', title: p.name }, p.name),
+      h('span', { className: 'kf-live-where', title: where }, ` · ${where} · `),
       this._badge,
       ' ',
       this._elapsed,

@@ -11,6 +11,15 @@ export function clusterOnlyTag(r: IRuntime): HTMLSpanElement | null {
   return h('span', { className: 'kf-runtime-tag', title: reason, 'aria-label': `cluster only: ${reason}` }, 'cluster only');
 }
 
+/** The tag a runtime brought by a kf-jupyter plugin gets: "plugin <name>". */
+export function pluginTag(r: IRuntime): HTMLSpanElement | null {
+  if (!r.plugin) {
+    return null;
+  }
+  const title = `From the kf-jupyter plugin ${r.plugin} (%kf_plugins lists what it adds)`;
+  return h('span', { className: 'kf-runtime-tag kf-runtime-plugin', title, 'aria-label': title }, `plugin ${r.plugin}`);
+}
+
 /** One runtime's list item: name (with its tags), node count, image. */
 export function runtimeItem(r: IRuntime): HTMLLIElement {
   const classes = ['kf-runtime'];
@@ -27,7 +36,8 @@ export function runtimeItem(r: IRuntime): HTMLLIElement {
       'span',
       { className: 'kf-runtime-label' },
       h('span', { className: 'kf-runtime-name' }, r.name + (r.deprecated ? ' (deprecated)' : '')),
-      clusterOnlyTag(r)
+      clusterOnlyTag(r),
+      pluginTag(r)
     ),
     h('span', { className: 'kf-runtime-nodes', title: 'nodes' }, `${r.num_nodes ?? '-'} node${r.num_nodes === 1 ? '' : 's'}`),
     h('span', { className: 'kf-runtime-image', title: r.image ?? '' }, r.image ?? '')

@@ -32,6 +32,11 @@ export interface IOpenJobArgs extends api.ITarget {
   name: string;
 }
 
+/** The jobs selected for comparison (the sidebar's Compare button). */
+export interface ICompareArgs extends api.ITarget {
+  names: string[];
+}
+
 export class TrainerSidebar extends Widget {
   constructor() {
     super();
@@ -52,6 +57,11 @@ export class TrainerSidebar extends Widget {
   /** Emitted when the user opens a job. */
   get openRequested(): ISignal<this, IOpenJobArgs> {
     return this._openRequested;
+  }
+
+  /** Emitted when the user compares the selected jobs. */
+  get compareRequested(): ISignal<this, ICompareArgs> {
+    return this._compareRequested;
   }
 
   get target(): api.ITarget {
@@ -158,6 +168,18 @@ export class TrainerSidebar extends Widget {
     this._filter.addEventListener('input', () => this._renderJobs());
 
     this._jobsCount = h('span', { className: 'kf-count' });
+    this._compare = h(
+      'button',
+      { className: 'jp-Button jp-mod-styled kf-compare-button', type: 'button', disabled: true },
+      'Compare'
+    );
+    this._compare.addEventListener('click', () => {
+      const names = this._jobs.map(j => j.name).filter(n => this._selected.has(n));
+      if (names.length >= 2) {
+        this._compareRequested.emit({ ...this._target, names });
+      }
+    });
+    this._renderCompare();
     this._jobsList = h('ul', { className: 'kf-jobs', 'aria-label': 'Training jobs' });
     // Until the first answer the list is loading, not empty: "No jobs yet" only once the
     // backend has said so (it read as "your jobs are gone" for seconds after a reload).
@@ -169,7 +191,7 @@ export class TrainerSidebar extends Widget {
     const jobsSection = h(
       'section',
       { className: 'kf-section', 'aria-label': 'Jobs' },
-      h('h3', { className: 'kf-section-title' }, 'Jobs ', this._jobsCount),
+      h('h3', { className: 'kf-section-title' }, 'Jobs ', this._jobsCount, this._compare),
       this._filter,
       this._jobsList,
       this._jobsEmpty,
@@ -214,6 +236,8 @@ export class TrainerSidebar extends Widget {
     this._jobs = [];
     this._loaded = false;
     this._rows.clear();
+    this._selected.clear();
+    this._renderCompare();
     this._jobsList.textContent = '';
     this._renderBackends();
     this._renderJobs();
@@ -285,6 +309,13 @@ export class TrainerSidebar extends Widget {
     const shown = filterJobs(this._jobs, this._filter.value);
     const now = Date.now();
     const keep = new Set(shown.map(j => j.name));
+    const exists = new Set(this._jobs.map(j => j.name));
+    for (const name of Array.from(this._selected)) {
+      if (!exists.has(name)) {
+        this._selected.delete(name); // deleted: no longer selectable
+      }
+    }
+    this._renderCompare();
     for (const [name, row] of this._rows) {
       if (!keep.has(name)) {
         row.el.remove();
@@ -342,7 +373,22 @@ export class TrainerSidebar extends Widget {
       'aria-label': `Delete job ${job.name}`
     }, '\u2715');
     del.addEventListener('click', () => void this._confirmDelete(job.name));
-    const el = h('li', { className: 'kf-job' }, open, badge, del, meta);
+    const pick = h('input', {
+      type: 'checkbox',
+      className: 'kf-job-select',
+      title: `Select ${job.name} to compare its metrics with other jobs`,
+      'aria-label': `Select job ${job.name} for comparison`
+    });
+    pick.checked = this._selected.has(job.name);
+    pick.addEventListener('change', () => {
+      if (pick.checked) {
+        this._selected.add(job.name);
+      } else {
+        this._selected.delete(job.name);
+      }
+      this._renderCompare();
+    });
+    const el = h('li', { className: 'kf-job' }, pick, open, badge, del, meta);
     return { el, badge, framework, nodes, age, progress, creation: job.creation_time ?? null };
   }
 
@@ -365,6 +411,15 @@ export class TrainerSidebar extends Widget {
     for (const row of this._rows.values()) {
       row.age.textContent = formatAge(row.creation, now);
     }
+  }
+
+  /** Compare: enabled with two or more jobs selected; it says how many. */
+  private _renderCompare(): void {
+    const n = this._selected.size;
+    this._compare.disabled = n < 2;
+    this._compare.textContent = n >= 2 ? `Compare (${n})` : 'Compare';
+    this._compare.title =
+      n >= 2 ? `Overlay the metrics of the ${n} selected jobs` : 'Select two or more jobs (their check boxes) to compare their metrics';
   }
 
   private _renderRuntimes(runtimes: IRuntime[]): void {
@@ -401,6 +456,9 @@ export class TrainerSidebar extends Widget {
   private _started = false;
   private _ageTimer: number;
   private _openRequested = new Signal<this, IOpenJobArgs>(this);
+  private _compareRequested = new Signal<this, ICompareArgs>(this);
+  private _selected = new Set<string>();
+  private _compare!: HTMLButtonElement;
   private _backendSelect!: HTMLSelectElement;
   private _namespaceInput!: HTMLInputElement;
   private _backendNote!: HTMLDivElement;

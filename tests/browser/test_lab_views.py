@@ -422,9 +422,26 @@ def quiet_start() -> None:
         time.sleep(0.5)
 
 
+def assert_one_row(header: Any, where: str) -> None:
+    """The header's visible children all sit on one row, and it is one control high (issue 22:
+    the rank filter took the whole width and the header wrapped onto three rows)."""
+    found = header.evaluate(
+        """h => {
+          const shown = [...h.children].filter(c => c.getBoundingClientRect().width > 0);
+          return {height: h.getBoundingClientRect().height,
+                  tops: shown.map(c => Math.round(c.getBoundingClientRect().top +
+                                                  c.getBoundingClientRect().height / 2))};
+        }"""
+    )
+    assert max(found["tops"]) - min(found["tops"]) <= 4, (where, found)
+    assert found["height"] <= 40, (where, found)
+
+
 def test_startup_is_not_silent_and_follow_means_at_the_end_after_a_reload(lab: dict) -> None:
     """Before its first line the monitor says what the job is doing (not Running over an empty
-    log); after a reload a ticked Follow means the view sits at the end, not at the top."""
+    log); after a reload a ticked Follow means the view sits at the end, not at the top. The
+    monitor's header stays on one row in a wide window and a narrow one with the side panel
+    open."""
     from playwright.sync_api import expect, sync_playwright
 
     from kf_jupyter import LocalBackendConfig, MPITrainer, TrainerClient
@@ -457,6 +474,18 @@ def test_startup_is_not_silent_and_follow_means_at_the_end_after_a_reload(lab: d
                     0, timeout=120_000
                 )
                 expect(startup).to_be_hidden()
+                # the header stays one row: wide, and narrow with the side panel open
+                header = monitor.locator(".kf-live-header")
+                assert_one_row(header, "wide window")
+                page.set_viewport_size({"width": 900, "height": 1000})
+                page.locator(".jp-SideBar [data-id='kf-jupyter-sidebar']").click()
+                expect(page.locator("#kf-jupyter-sidebar")).to_be_visible(timeout=30_000)
+                page.wait_for_timeout(500)
+                assert header.evaluate("e => e.getBoundingClientRect().width") < 600
+                assert_one_row(header, "narrow window, side panel open")
+                page.screenshot(path=str(ARTIFACTS / "monitor-header-narrow.png"))
+                page.locator(".jp-SideBar [data-id='kf-jupyter-sidebar']").click()
+                page.set_viewport_size({"width": 1400, "height": 1000})
                 page.keyboard.press("Control+s")
                 expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
                 page.reload()
@@ -529,3 +558,56 @@ def test_a_job_that_ended_while_the_page_was_away_comes_back_finished(lab: dict)
             raise
         finally:
             browser.close()
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_notebook7_sidebar_click_opens_the_job_panel_light_and_dark(
+    lab: dict, ticking: str, theme: str
+) -> None:
+    """Jupyter Notebook 7 (same server), light and dark: the Kubeflow Trainer sidebar (View >
+    Left Sidebar) lists the running job, clicking it opens the job panel where Notebook 7 shows
+    it (the right side panel) streaming the log; the sidebar and the panel keep every text at
+    4.5:1 and axe-core finds no violation (issue 22)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    slug = "dark" if "Dark" in theme else "light"
+    write_notebook(lab, f"nb7-side-{slug}.ipynb", ["1 + 1"])
+    _set_theme(lab, theme)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                page.goto(f"{lab['url']}/notebooks/nb7-side-{slug}.ipynb?token={lab['token']}")
+                page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+                expect(page.locator("body")).to_have_attribute(
+                    "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
+                )
+                page.locator(".lm-MenuBar-itemLabel", has_text="View").click()
+                page.locator(".lm-Menu-itemLabel", has_text="Left Sidebar").click()
+                page.locator(".lm-Menu-itemLabel", has_text="Kubeflow Trainer").click()
+                sidebar = page.locator("#kf-jupyter-sidebar")
+                expect(sidebar).to_be_visible(timeout=30_000)
+                row = sidebar.locator("li.kf-job", has_text=ticking)
+                expect(row).to_be_visible(timeout=60_000)
+                row.locator(".kf-job-name").click()
+                panel = page.locator(".kf-JobPanel")
+                expect(panel).to_be_visible(timeout=30_000)
+                expect(panel.locator(".kf-log-line", has_text="tick")).not_to_have_count(
+                    0, timeout=30_000
+                )
+                expect(panel.locator(".kf-JobPanel-header .kf-badge")).to_have_text("Running")
+                page.wait_for_timeout(1000)
+                page.screenshot(path=str(ARTIFACTS / f"notebook7-sidebar-{slug}.png"))
+                views = "#kf-jupyter-sidebar, .kf-JobPanel"
+                found = page.evaluate(CONTRAST_JS, views)
+                assert found["checked"] > 10, found
+                assert found["bad"] == [], found["bad"]
+                assert axe_violations(page, views) == []
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / f"notebook7-sidebar-{slug}-failure.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        _set_theme(lab, "JupyterLab Light")

@@ -86,7 +86,7 @@ from typing import Any, TypeVar
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from tests.k8s_cluster import mpirun_standin
+from tests.k8s_cluster import mpirun_standin, tune_standin
 from tests.k8s_cluster.apiserver import free_port
 from tests.k8s_cluster.trainer_model import build_jobset
 
@@ -94,6 +94,7 @@ log = logging.getLogger("k8s-standin")
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 NODE_NAME = "standin-node"
 MASTER_PORT = 29500
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 PORT_ENV = {"PET_MASTER_PORT", "DMLC_TRACKER_PORT", "MASTER_PORT"}
 # The Trainer's status server, as the TrainJobStatus plugin names it in the pods' env (facts doc).
 STATUS_SERVICE = "https://kubeflow-trainer-controller-manager.kubeflow-system.svc:10443"
@@ -579,12 +580,17 @@ class StandIn:
             if is_trainer:
                 env.update({e["name"]: e for e in trainer.get("env", [])})
             env.update({k: {"name": k, "value": v} for k, v in extra_env})
+            # The Job controller's env for an Indexed Job's pods (JobSet's jobs are Indexed;
+            # kubernetes pkg/controller/job/indexed_job_utils.go addCompletionIndexEnvVariable).
+            env.setdefault("JOB_COMPLETION_INDEX", {"name": "JOB_COMPLETION_INDEX", "valueFrom": {
+                "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}})  # fmt: skip
             if is_trainer:  # the TrainJobStatus plugin: trainer containers only
                 env.update({k: {"name": k, "value": v} for k, v in status_env})
             image = (trainer.get("image") if is_trainer else None) or ctr.get("image", "none")
-            command = list(
-                (trainer.get("command") if is_trainer else None) or ctr.get("command", [])
-            )
+            # the JobSet's container already has the trainer's command (for `tune run`, as the
+            # Trainer's torch plugin completed it); without a JobSet, the TrainJob's
+            from_tj = is_trainer and js is None
+            command = list((trainer.get("command") if from_tj else None) or ctr.get("command", []))
             args = list((trainer.get("args") if is_trainer else None) or ctr.get("args", []))
             pod_name = f"{name}-{rjob}-0-{i}"
             labels = {
@@ -996,7 +1002,8 @@ class StandIn:
         pod.waiting = None
         pod.log_path.touch()
         if pod.argv:
-            penv = {**os.environ, "PATH": f"{self._bin_dir}:{os.environ.get('PATH', '')}"}
+            tune = tune_standin.install(str(self.workdir / "tune-standin"))  # `tune run` images
+            penv = {**os.environ, "PATH": f"{tune}:{self._bin_dir}:{os.environ.get('PATH', '')}"}
             penv["HOSTNAME"] = pod.body["spec"].get("hostname", pod.name)
             (pod.cwd / "tmp").mkdir(exist_ok=True)
             penv["TMPDIR"] = str(pod.cwd / "tmp")  # a container's own /tmp

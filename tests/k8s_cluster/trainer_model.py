@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from typing import Any
 
@@ -136,6 +137,92 @@ def pod_counts(tj: dict[str, Any], runtime: dict[str, Any], spec: dict[str, Any]
     return out
 
 
+TORCHTUNE_ENTRYPOINT = ["tune", "run"]
+# constants.go:317-318 (TorchTuneImmutableConfigs)
+TORCHTUNE_IMMUTABLE = {"output_dir", "tokenizer.path", "checkpointer.checkpoint_dir",
+                       "tokenizer.merges_file"}  # fmt: skip
+
+
+def _gpus_per_node(resources: dict[str, Any]) -> int:
+    """runtime.go GetNumGPUPerNode: the first resource whose name contains "gpu"."""
+    for part in ("requests", "limits"):
+        for key, q in (resources.get(part) or {}).items():
+            if "gpu" in str(key).lower() and q is not None and float(str(q)):
+                return math.ceil(float(str(q)))
+    return 0
+
+
+def _cpus(resources: dict[str, Any]) -> int:
+    """torch.go getNumCPUPerNode: the CPU request (else limit), rounded up as Value() does."""
+    for part in ("requests", "limits"):
+        q = str((resources.get(part) or {}).get("cpu") or "")
+        if q:
+            return math.ceil(float(q[:-1]) / 1000 if q.endswith("m") else float(q))
+    return 0
+
+
+def _runtime_node_resources(runtime: dict[str, Any]) -> dict[str, Any]:
+    for rj in ((runtime.get("spec") or {}).get("template") or {}).get("spec", {}).get(
+        "replicatedJobs"
+    ) or []:
+        if _ancestor(rj) == "trainer" or rj.get("name") == "node":
+            for c in _pod_spec(rj).get("containers") or []:
+                if c.get("name") == "node":
+                    return c.get("resources") or {}
+    return {}
+
+
+def _bool_arg(args: list[str], item: str) -> bool:
+    """torchtune.go isBoolArgEnabled."""
+    for arg in args:
+        name, sep, value = arg.partition("=")
+        if sep and item in name and value.strip().lower() == "true":
+            return True
+    return False
+
+
+def torchtune_command(
+    tj: dict[str, Any], runtime: dict[str, Any], num_nodes: int, runtime_command: list[str]
+) -> list[str]:
+    """The command the Trainer gives a `tune run` TrainJob (torch.go:175-200 at v2.3.0):
+    `tune run [--rdzv_endpoint=<job>-node-0-0.<job>:29500] <recipe> --config <config>` plus the
+    runtime command's immutable overrides (extractOverridesFromRuntime); the TrainJob's args
+    (the user's overrides) stay args. Recipe and config: torchtune.go getRecipeAndConfig."""
+    name = tj["metadata"]["name"]
+    trainer = (tj.get("spec") or {}).get("trainer") or {}
+    args = [str(a) for a in trainer.get("args") or []]
+    nproc: Any = trainer.get("numProcPerNode")
+    resources = trainer.get("resourcesPerNode") or _runtime_node_resources(runtime)
+    gpus = _gpus_per_node(resources)
+    if nproc is None and gpus == 0:  # torch.go:133-135: auto without GPUs counts the CPUs
+        nproc = max(1, _cpus(resources))
+    command = list(TORCHTUNE_ENTRYPOINT)
+    multi = num_nodes > 1 or (isinstance(nproc, int) and nproc > 1) or (nproc is None and gpus > 1)
+    if multi:
+        command.append(f"--rdzv_endpoint={name}-node-0-0.{name}:29500")
+    qlora = not _bool_arg(args, "model.use_dora") and _bool_arg(args, "model.quantize_base")
+    lora = any("model.lora_attn_modules" in a for a in args)
+    recipe, suffix = "full_finetune_distributed", "_full"
+    if num_nodes == 1 and (nproc == 1 or gpus == 1):
+        if qlora:
+            recipe, suffix = "lora_finetune_single_device", "_qlora_single_device"
+        elif lora:
+            recipe, suffix = "lora_finetune_single_device", "_lora_single_device"
+        else:
+            recipe, suffix = "full_finetune_single_device", "_full_single_device"
+    elif num_nodes == 1 and qlora:
+        recipe, suffix = "lora_finetune_distributed", "_qlora"
+    elif num_nodes == 1 and lora:
+        recipe, suffix = "lora_finetune_distributed", "_lora"
+    elif num_nodes > 1:
+        suffix = "_full_multinode"
+    fields = str((tj.get("spec") or {}).get("runtimeRef", {}).get("name", "")).split("-")
+    model = f"{fields[1].replace('.', '_')}/{fields[2].upper()}" if len(fields) == 3 else ""
+    command += [recipe, "--config", f"{model}{suffix}"]
+    command += [a for a in runtime_command if a.split("=")[0] in TORCHTUNE_IMMUTABLE]
+    return command
+
+
 def build_jobset(tj: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
     """The JobSet the Trainer applies for `tj` (jobset plugin Build + builder.go Trainer)."""
     meta = tj["metadata"]
@@ -154,9 +241,14 @@ def build_jobset(tj: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
             if c.get("name") != "node":
                 continue
             if is_trainer:
+                runtime_command = list(c.get("command") or [])
                 for src, dst in (("image", "image"), ("command", "command"), ("args", "args")):
                     if trainer.get(src) is not None:
                         c[dst] = trainer[src]
+                if "torch" in _policy(runtime) and trainer.get("command") == TORCHTUNE_ENTRYPOINT:
+                    c["command"] = torchtune_command(
+                        tj, runtime, counts[rj["name"]], runtime_command
+                    )
             if is_trainer or (mpi_as_node and rj["name"] == "node"):
                 env = {e["name"]: e for e in c.get("env") or []}
                 env.update({e["name"]: e for e in trainer.get("env") or []})

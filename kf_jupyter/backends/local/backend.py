@@ -534,7 +534,9 @@ class LocalBackend:
             return None, "warm starts are off for this job (Warm(False))"
         launcher = warm_pool.LAUNCHER.get(plan.policy)
         if launcher is None:
-            return None, f"the {plan.policy} policy's launcher starts its own ranks"
+            if plan.policy == "mpi":
+                return None, "the mpi policy's launcher starts its own ranks"
+            return None, f"the {plan.policy} policy has no warm pool"
         python = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
         if python is None:
             return None, f"the interpreter of {launcher} on the job's PATH is not known"

@@ -14,6 +14,7 @@ so the list matches a cluster's, but refused by `check_emulable` with a clear er
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -178,9 +179,21 @@ def _load(root: str) -> tuple[tuple[Runtime, ...], str]:
     return builtin(), "built-in copy (Kubeflow Trainer v2.3.0)"
 
 
-def local_runtimes() -> tuple[Runtime, ...]:
-    """The runtimes the local backend offers, in the manifests' order."""
+def builtin_local_runtimes() -> tuple[Runtime, ...]:
+    """The default install's runtimes the local backend offers, in the manifests' order."""
     return _load(str(manifests_dir()))[0]
+
+
+def plugin_local_copy(rt: Runtime, plugin: str) -> Runtime:
+    """A plugin's runtime as the local backend offers it, marked with the plugin's name."""
+    return dataclasses.replace(_local_copy(rt, ()), plugin=plugin)
+
+
+def local_runtimes() -> tuple[Runtime, ...]:
+    """The runtimes the local backend offers: the default install's, then the plugins'."""
+    from ...plugins import registry
+
+    return builtin_local_runtimes() + tuple(registry().runtimes)
 
 
 def runtimes_source() -> str:

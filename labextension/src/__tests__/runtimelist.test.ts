@@ -101,6 +101,19 @@ describe('runtimes list', () => {
     expect(tagged.map(g => g.children[0].textContent)).toEqual(['torchtune (1)']);
   });
 
+  it('tags a runtime a plugin brings with the plugin name, under its own framework', () => {
+    const ring: IRuntime = { name: 'ring-distributed', framework: 'ring', num_nodes: 1, image: null, runs_here: true, plugin: 'ring' };
+    const li = asFake(runtimeItem(ring));
+    const tags = li.byClass('kf-runtime-plugin');
+    expect(tags).toHaveLength(1);
+    expect(tags[0].textContent).toBe('plugin ring');
+    expect(tags[0].title).toMatch(/kf-jupyter plugin ring/);
+    expect(li.className).toBe('kf-runtime');
+    const groups = runtimeGroups([...payload, ring]).map(asFake);
+    expect(groups.map(g => g.children[0].textContent)).toContain('ring (1)');
+    expect(asFake(runtimeItem(payload[0])).byClass('kf-runtime-plugin')).toHaveLength(0);
+  });
+
   it('says so when there are no runtimes', () => {
     const [only] = runtimeGroups([]).map(asFake);
     expect(only.className).toBe('kf-empty');

@@ -1,19 +1,23 @@
 """The optimizer on a Kubernetes cluster (`kubeflow.optimizer.backends.kubernetes.backend`).
 
-Issue 25's cluster part (an `OptimizationJob`, or trials run as TrainJobs by the client's sweep
-engine) builds on this class; until it lands, creating it says so in one paragraph.
+The Kubeflow SDK 0.5.0 creates a Katib `Experiment` here. kf-jupyter targets Kubeflow Trainer
+v2.3.0, which has no `OptimizationJob` API (docs/decisions.md, "OptimizationJob on the
+harness"), so each trial is a TrainJob created by the sweep's driver, a detached process on this
+machine (`kf_jupyter.sweeps.kubernetes`): the sweep goes on when the kernel restarts, and its
+record is a ConfigMap in the namespace, so any process with the same kubeconfig and namespace
+lists, follows, cancels and deletes it. Where the cluster serves the (controller-less)
+`OptimizationJob` API of later Trainer builds, the sweep's first event says so and the trials
+still run from here. docs/sweeps.md, "On a cluster".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 from .....backends.kubernetes.config import KubernetesBackendConfig
-from .....errors import ValidationError
+from .....sweeps.kubernetes import KubernetesSweeps
 from ....backends.kubernetes.backend import KubernetesBackend as TrainerBackend
 from ....types.types import Event, TrainJobTemplate
-from ...constants import constants
 from ...types.algorithm_types import BaseAlgorithm, RandomSearch
 from ...types.optimization_types import (
     Metric,
@@ -24,71 +28,39 @@ from ...types.optimization_types import (
     TrialConfig,
 )
 from ..base import RuntimeBackend
+from ..sweeps import SweepsBackend
 
+# The names the SDK's module has (its imports included), as kf_jupyter.sdk mirrors them.
 __all__ = [
+    "BaseAlgorithm",
+    "Event",
     "KubernetesBackend",
     "KubernetesBackendConfig",
     "Metric",
+    "Objective",
+    "OptimizationJob",
     "RandomSearch",
+    "Result",
+    "RuntimeBackend",
+    "TrainJobTemplate",
     "TrainerBackend",
     "Trial",
+    "TrialConfig",
 ]
 
 
-class KubernetesBackend(RuntimeBackend):
-    """Sweeps on a cluster (not available yet: see the module docstring)."""
+class KubernetesBackend(SweepsBackend):
+    """The optimizer's `RuntimeBackend` on a Kubeflow Trainer cluster (see the module docstring).
 
-    def __init__(self, cfg: KubernetesBackendConfig) -> None:
-        raise ValidationError(
-            "Sweeps on a Kubernetes cluster are not available in this version yet. Run the "
-            "sweep locally with OptimizerClient() (or OptimizerClient(LocalProcessBackendConfig()))."
-        )
+    `cfg`: a `KubernetesBackendConfig` (kubeconfig, context, namespace), kf-jupyter's or the
+    Kubeflow SDK's.
+    """
 
-    def optimize(
-        self,
-        trial_template: TrainJobTemplate,
-        *,
-        search_space: dict[str, Any],
-        trial_config: TrialConfig | None = None,
-        objectives: list[Objective] | None = None,
-        algorithm: BaseAlgorithm | None = None,
-    ) -> str:
-        """Start an OptimizationJob; return its name."""
-        raise NotImplementedError
+    #: The record is a ConfigMap: read once a second while waiting.
+    read_seconds = 1.0
 
-    def list_jobs(self) -> list[OptimizationJob]:
-        """Every OptimizationJob of the namespace."""
-        raise NotImplementedError
-
-    def get_job(self, name: str) -> OptimizationJob:
-        """One OptimizationJob."""
-        raise NotImplementedError
-
-    def get_job_logs(
-        self, name: str, trial_name: str | None = None, follow: bool = False
-    ) -> Iterator[str]:
-        """A trial's log lines."""
-        raise NotImplementedError
-
-    def get_best_results(self, name: str) -> Result | None:
-        """The best trial's parameters and metrics."""
-        raise NotImplementedError
-
-    def wait_for_job_status(
-        self,
-        name: str,
-        status: set[str] = {constants.OPTIMIZATION_JOB_COMPLETE},  # noqa: B006 (the SDK's)
-        timeout: int = 3600,
-        polling_interval: int = 2,
-        callbacks: list[Callable[[OptimizationJob], None]] | None = None,
-    ) -> OptimizationJob:
-        """Wait for a status."""
-        raise NotImplementedError
-
-    def delete_job(self, name: str) -> None:
-        """Delete the OptimizationJob."""
-        raise NotImplementedError
-
-    def get_job_events(self, name: str) -> list[Event]:
-        """The OptimizationJob's events."""
-        raise NotImplementedError
+    def __init__(self, cfg: Any) -> None:
+        self.trainer = TrainerBackend(cfg)
+        self.config: KubernetesBackendConfig = self.trainer.client.backend.config
+        self.sweeps = KubernetesSweeps(self.config, client=self.trainer.client)
+        self.namespace: str = self.sweeps.namespace

@@ -1,0 +1,157 @@
+"""Real-browser tests of the kernel's own views, where the lab extension is absent (JupyterLab
+with kf-jupyter-labextension disabled, as in a frontend without it), light and dark (issue 22):
+
+- a `print()` while a tqdm-like bar is drawn shows as a clean line in the ipywidget monitor (it
+  carried the bar's fragment, `...[00:19<00:11]rank 0 step 19`), the bar staying the rank's
+  last line, and the static view has no fragment either;
+- the monitor's header stays on one row, in a wide window and a narrow one;
+- the widget monitor, the static view and the forms (`%kf_config`, a form showing an error)
+  keep every text at 4.5:1 and axe-core finds no violation, in both themes;
+- a job that ends while the page is away (saved, closed) comes back as its finished static
+  view when the notebook is opened again (it was a dead monitor: the kernel had closed the
+  widget's model).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CONTRAST_JS,
+    axe_violations,
+    open_notebook,
+    write_notebook,
+)
+from tests.browser.test_lab_views import assert_one_row
+
+pytestmark = pytest.mark.slow
+
+#: Read by the `lab` fixture: start JupyterLab without our extension.
+LAB_DISABLED = ["kf-jupyter-labextension"]
+
+#: A fixed-width bar redrawn with `\r`, and a print while it is drawn (as tqdm and a training
+#: loop's print do); the gap lets the log follower see each bar state first.
+BARS = (
+    "import os, sys, time\n"
+    "n = 24\n"
+    "for i in range(1, n + 1):\n"
+    "    k = i * 10 // n\n"
+    "    sys.stdout.write(f\"\\r{i * 100 // n:3d}%|{'#' * k}{' ' * (10 - k)}| {i:02d}/{n} \"\n"
+    '                     f"[00:{i:02d}<00:{n - i:02d}]")\n'
+    "    sys.stdout.flush()\n"
+    "    time.sleep(0.8)\n"
+    "    print(f\"rank {os.environ['RANK']} step {i} loss\", flush=True)\n"
+)
+
+FORM_WITH_ERROR = (
+    "from kf_jupyter import RuntimeConfigForm\n"
+    "form = RuntimeConfigForm()\n"
+    "form.add_env('1BAD', 'x')\n"
+    "form.validate()\n"
+    "form"
+)
+
+WIDGETS = ".jp-Notebook .jp-OutputArea-output .jupyter-widgets.widget-vbox"
+
+
+def _set_theme(lab: dict, theme: str) -> None:
+    settings = lab["state"].parent / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
+
+
+def _views_pass(page: Any, selector: str, what: str) -> None:
+    found = page.evaluate(CONTRAST_JS, selector)
+    assert found["checked"] > 5, (what, found)
+    assert found["bad"] == [], (what, found["bad"])
+    assert axe_violations(page, selector) == [], what
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_widget_views_bar_lines_one_row_header_contrast_and_a_finished_job_comes_back(
+    lab: dict, theme: str
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter import LocalBackendConfig, TrainerClient
+
+    slug = "dark" if "Dark" in theme else "light"
+    name = f"bars-{slug}"
+    cells = [
+        "%load_ext kf_jupyter",
+        "%kf_config",
+        FORM_WITH_ERROR,
+        f"%%torchtrain -n 1 -p 2 --name {name}\n{BARS}",
+    ]
+    nb = f"widgets-{slug}.ipynb"
+    write_notebook(lab, nb, cells)
+    _set_theme(lab, theme)
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                open_notebook(page, lab, nb)
+                expect(page.locator("body")).to_have_attribute(
+                    "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
+                )
+                page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first.click()
+                page.keyboard.press("Escape")
+                for _ in cells:
+                    page.keyboard.press("Shift+Enter")
+                cell = page.locator(".jp-Notebook .jp-CodeCell").nth(3)
+                widget = cell.locator(".jupyter-widgets.widget-vbox").first
+                log = widget.locator(".kf-log-box")
+                expect(log).to_contain_text("rank 1 step 4 loss", timeout=180_000)
+                text = log.inner_text()
+                assert "]rank" not in text, text  # no bar fragment before a printed line
+                assert "rank 0 step 3 loss" in text and "rank 1 step 3 loss" in text, text
+                # the bar is each rank's last line while it runs
+                last = {ln.split("]", 1)[0]: ln for ln in text.splitlines() if ln.strip()}
+                assert any("%|" in ln for ln in last.values()), text
+                header = widget.locator(".widget-hbox").first
+                assert_one_row(header, "wide window")
+                page.set_viewport_size({"width": 760, "height": 1000})
+                page.wait_for_timeout(500)
+                assert_one_row(header, "narrow window")
+                widget.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-narrow.png"))
+                page.set_viewport_size({"width": 1400, "height": 1000})
+                # the forms: %kf_config and one showing an error
+                forms = page.locator(".jp-Notebook .jp-CodeCell").nth(2)
+                expect(forms.locator(".kf-errors")).to_contain_text("1BAD", timeout=30_000)
+                page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-running.png"))
+                _views_pass(page, WIDGETS, f"widgets and forms, {slug}")
+                # the page goes away (saved, closed) while the job runs; the job ends meanwhile
+                page.keyboard.press("Control+s")
+                expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
+                page.close()
+                job = client.wait_for_job_status(name, timeout=300)
+                assert job.status == "Complete", job
+                time.sleep(3)  # the kernel's cell ends: its widget becomes the static view
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                open_notebook(page, lab, nb)
+                cell = page.locator(".jp-Notebook .jp-CodeCell").nth(3)
+                static = cell.locator(".kf-monitor-static.kf-status-complete")
+                expect(static).to_be_visible(timeout=60_000)
+                expect(cell).not_to_contain_text("model not found")
+                expect(static).to_contain_text("rank 1 step 24 loss")
+                assert "]rank" not in static.inner_text()
+                static.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-came-back.png"))
+                _views_pass(page, ".kf-monitor-static", f"static view, {slug}")
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-failure.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        _set_theme(lab, "JupyterLab Light")

@@ -1,0 +1,1 @@
+"""Plugins that kf-jupyter must refuse, one clear warning each."""
