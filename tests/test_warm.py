@@ -440,3 +440,32 @@ def test_a_users_exit_finalizers_still_run_on_a_warm_rank(client):
         assert client.wait_for_job_status(name, timeout=180).warm is warm
         logs = "\n".join(client.get_job_logs(name))
         assert logs.count("user finalizer ran at exit") == 2, logs
+
+
+def test_load_ext_starts_the_pool_of_every_installed_framework(tmp_path, monkeypatch):
+    """%load_ext starts torch's, JAX's and XGBoost's pools in the background, one after the
+    other (failed before: only torch's), under the caps, with the supervisor host."""
+    import importlib.util
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kf_jupyter.backends.local import supervisor_host
+    from kf_jupyter.magics.core import KubeflowMagics
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    sh = InteractiveShell.instance()
+    sh.config.pop("KubeflowMagics", None)
+    magics = KubeflowMagics(shell=sh)
+    state = magics.client("local").backend.state_dir
+    try:
+        thread = magics.prestart()
+        assert thread is not None
+        thread.join(900)
+        assert not thread.is_alive()
+        want = {m for m in ("torch", "jax", "xgboost") if importlib.util.find_spec(m)}
+        pools = [p for p in warm_pool.list_pools(state) if p["alive"]]
+        assert {p["framework"] for p in pools} == want, pools
+        assert all(p["state"] == "ready" for p in pools), pools
+        assert supervisor_host.host_for(state)[0].exists()
+    finally:
+        warm_pool.stop_all(state)

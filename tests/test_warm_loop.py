@@ -126,3 +126,30 @@ def test_kf_pool_says_why_jobs_started_cold(tmp_path, monkeypatch, capsys):
     assert "warm starts are off for this job (Warm(False))" in out, out
     assert "MiB together" in out
     client.delete_job(name)
+
+
+def test_a_start_ahead_never_stops_a_pool_to_make_room(tmp_path):
+    """A pool started ahead of need (`%load_ext`) fits under the caps beside the pools that run
+    or is not started; a job's own start still makes room (least recently used first).
+    Failed before: `prestart_pool` stopped the older pool for a pool no job had asked for."""
+    from kf_jupyter import TrainerClient
+    from kf_jupyter.backends.local.config import LocalBackendConfig
+
+    state = tmp_path / "state"
+    running = _start_bare_pool(state, "xgboost-0000000000000001")
+    try:
+        one_pool = LocalBackendConfig(state_dir=str(state), warm_max_pools=1)
+        backend = TrainerClient(one_pool).backend
+        assert backend.prestart_pool("xgboost", make_room=False) is None
+        assert running.exists()
+        alive = [p["key"] for p in warm_pool.list_pools(state) if p["alive"]]
+        assert alive == ["xgboost-0000000000000001"], alive
+        # Under the memory cap too: room for what runs, not for one more pool.
+        held = sum(warm_pool.pool_bytes(p) for p in warm_pool.list_pools(state)) / 2**20
+        tight = LocalBackendConfig(state_dir=str(state), warm_max_memory_mib=held + 10)
+        assert TrainerClient(tight).backend.prestart_pool("xgboost", make_room=False) is None
+        assert running.exists()
+        assert not warm_pool.has_room(state, "xgboost", 3, held + 10)
+        assert warm_pool.has_room(state, "xgboost", 3, held + 1000)
+    finally:
+        warm_pool.stop_all(state)

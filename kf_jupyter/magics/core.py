@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -54,6 +55,28 @@ class KFMagicError(Exception):
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[31mkf-jupyter:\x1b[0m {self}"]
+
+
+#: How long the prestart waits for one pool to import before it starts the next.
+PRESTART_WAIT_SECONDS = 300.0
+
+
+def _wait_for_pool(pool: Any, timeout: float = PRESTART_WAIT_SECONDS) -> bool:
+    """Wait until a pool that was started listens (True), or has died or timed out (False)."""
+    from ..backends.local.warm import pool as warm_pool
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        meta = warm_pool._read_meta(pool.meta)
+        if meta is None:
+            return False  # stopped, or it failed and removed its record
+        if meta.get("state") == "ready" and pool.socket.exists():
+            return True
+        pid = int(meta.get("pid") or 0)
+        if pid and not warm_pool._alive(pid):
+            return False
+        time.sleep(0.1)
+    return False
 
 
 def _parse_args(magic: Any, line: str) -> Any:
@@ -1183,21 +1206,33 @@ class KubeflowMagics(Magics):
                 node = f" {rec['node']}" if rec.get("node") else ""
                 print(f"  {rec.get('job', '?')}{node}: {rec['why']}")
 
-    def prestart(self) -> None:
-        """Start the torch pool in the background when the extension loads (if torch is there)."""
+    def prestart(self) -> threading.Thread | None:
+        """Start, in the background, the supervisor host and the warm pools of the installed
+        frameworks (torch, then JAX, then XGBoost, one after the other: each imports alone)
+        when the extension loads; a pool that would not fit under the caps is not started."""
         if not (self.warm and self.warm_prestart) or self.backend != "local":
-            return
+            return None
         import importlib.util
 
-        if importlib.util.find_spec("torch") is None:
-            return
-        import threading
+        frameworks = [
+            fw
+            for fw, module in (("torch", "torch"), ("jax", "jax"), ("xgboost", "xgboost"))
+            if importlib.util.find_spec(module) is not None
+        ]
 
         def run() -> None:
+            backend = self.client("local").backend
             with contextlib.suppress(Exception):
-                self.client("local").backend.prestart_pool("torch")
+                backend.prestart_supervisor_host()
+            for fw in frameworks:
+                with contextlib.suppress(Exception):
+                    pool = backend.prestart_pool(fw, make_room=False)
+                    if pool is not None:
+                        _wait_for_pool(pool)
 
-        threading.Thread(target=run, name="kf-jupyter-prestart", daemon=True).start()
+        thread = threading.Thread(target=run, name="kf-jupyter-prestart", daemon=True)
+        thread.start()
+        return thread
 
     @ma.magic_arguments()
     @ma.argument("--reset", action="store_true", help="clear the session RuntimeConfig and options")

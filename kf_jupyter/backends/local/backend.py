@@ -60,6 +60,7 @@ from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_recor
 from . import gpus as gpu
 from . import index as job_index
 from . import supervisor as sv
+from . import supervisor_host
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
 from .logs import iter_records
@@ -475,8 +476,14 @@ class LocalBackend:
             env[WS_ENV_RUN_DIR] = cwd
         return env
 
-    def prestart_pool(self, framework: str = "torch") -> warm_pool.Pool | None:
-        """Start the warm pool a default job of `framework` would use (None if it has none)."""
+    def prestart_pool(
+        self, framework: str = "torch", make_room: bool = True
+    ) -> warm_pool.Pool | None:
+        """Start the warm pool a default job of `framework` would use (None if it has none).
+
+        `make_room=False` (a start ahead of need, as `%load_ext` does): only if it fits under
+        `warm_max_pools` and `warm_max_memory_mib` beside the pools that run, never stopping
+        one (a pool that already runs is returned as it is)."""
         if not self.config.warm or framework not in warm_pool.PRELOAD:
             return None
         python = self._python()
@@ -491,8 +498,19 @@ class LocalBackend:
         interp = warm_pool.interpreter_for(launcher, env["PATH"].split(os.pathsep))
         if interp is None:
             return None
+        self.prestart_supervisor_host()
         try:
             pool = warm_pool.pool_for(self.state_dir, interp, framework, env)
+            meta = warm_pool._read_meta(pool.meta) or {}
+            running = bool(meta.get("pid")) and warm_pool._alive(int(meta["pid"]))
+            if not (make_room or running) and not warm_pool.has_room(
+                self.state_dir,
+                framework,
+                self.config.warm_max_pools,
+                self.config.warm_max_memory_mib,
+            ):
+                log.info("no %s pool started ahead: the pool caps are reached", framework)
+                return None
             warm_pool.ensure_started(
                 pool,
                 env,
@@ -620,6 +638,28 @@ class LocalBackend:
             sv.append_event(str(jd), "Normal", "ColdStart", f"every node starts cold: {cold_why}")
             with contextlib.suppress(OSError):
                 warm_pool.record_cold(self.state_dir, name, cold_why)
+        pid = self._start_supervisor(jd)
+        ident = sv.process_identity(pid)
+
+        def record(st: dict[str, Any]) -> None:
+            st.setdefault("supervisor_pid", pid)
+            st.setdefault("supervisor_create_time", ident)
+
+        sv.update_status(str(jd), record)
+        log.info("local job %s started (supervisor pid %s)", name, pid)
+        return name
+
+    def _start_supervisor(self, jd: Path) -> int:
+        """The job's supervisor: forked by the supervisor host when one listens (no Python
+        start, imports or certificate on the job's path: supervisor_host.py), else started as
+        a process, as before; its pid."""
+        if self.config.warm:
+            pid, why = supervisor_host.submit(self.state_dir, jd)
+            if pid is not None:
+                return pid
+            log.debug("supervisor of %s started as a process: %s", jd.name, why)
+            with contextlib.suppress(OSError):  # for the next job
+                supervisor_host.ensure_started(self.state_dir, self.config.warm_idle_seconds)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         with os.fdopen(sv.private_open(str(jd / "supervisor.log"), flags), "ab") as out:
             proc = subprocess.Popen(
@@ -630,16 +670,14 @@ class LocalBackend:
                 start_new_session=True,
                 close_fds=True,
             )
-        ident = sv.process_identity(proc.pid)
-
-        def record(st: dict[str, Any]) -> None:
-            st.setdefault("supervisor_pid", proc.pid)
-            st.setdefault("supervisor_create_time", ident)
-
-        sv.update_status(str(jd), record)
         _reap_in_background(proc)
-        log.info("local job %s started (supervisor pid %s)", name, proc.pid)
-        return name
+        return proc.pid
+
+    def prestart_supervisor_host(self) -> None:
+        """Start the supervisor host (the fork server of job supervisors) unless it runs."""
+        if self.config.warm:
+            with contextlib.suppress(OSError):
+                supervisor_host.ensure_started(self.state_dir, self.config.warm_idle_seconds)
 
     # ------------------------------------------------------------------ read
 

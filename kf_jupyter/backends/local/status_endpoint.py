@@ -303,18 +303,53 @@ def _status_body(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
 
 
+#: A folder holding a certificate and key made ahead for this job alone (`ca.crt`, `tls.key`),
+#: set by the supervisor host in the supervisor it forks (supervisor_host.py); used once.
+SPARE_CERTIFICATE: str | None = None
+
+
+def certificate_argv(openssl: str, directory: str) -> list[str]:
+    """The `openssl` command that makes a self-signed certificate for 127.0.0.1 in `directory`."""
+    cert, key = os.path.join(directory, "ca.crt"), os.path.join(directory, "tls.key")
+    return [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+            "-days", "3650", "-subj", "/CN=kf-jupyter local status endpoint",
+            "-addext", "subjectAltName=IP:127.0.0.1"]  # fmt: skip
+
+
+def _take_spare(directory: str) -> tuple[str, str] | None:
+    """Move the certificate made ahead for this job into `directory` (None if there is none)."""
+    global SPARE_CERTIFICATE
+    spare, SPARE_CERTIFICATE = SPARE_CERTIFICATE, None
+    if not spare:
+        return None
+    cert, key = os.path.join(directory, "ca.crt"), os.path.join(directory, "tls.key")
+    try:
+        os.rename(os.path.join(spare, "tls.key"), key)
+        os.rename(os.path.join(spare, "ca.crt"), cert)
+        os.chmod(key, 0o600)
+    except OSError:
+        for path in (cert, key):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        return None
+    finally:
+        shutil.rmtree(spare, ignore_errors=True)
+    return cert, key
+
+
 def make_certificate(directory: str) -> tuple[str, str] | None:
     """(certificate, key) paths of a new self-signed certificate for 127.0.0.1, or None."""
+    made = _take_spare(directory)
+    if made is not None:
+        return made
     openssl = shutil.which("openssl")
     if openssl is None:
         return None
     cert, key = os.path.join(directory, "ca.crt"), os.path.join(directory, "tls.key")
     try:
         subprocess.run(
-            [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
-             "-days", "3650", "-subj", "/CN=kf-jupyter local status endpoint",
-             "-addext", "subjectAltName=IP:127.0.0.1"],
+            certificate_argv(openssl, directory),
             check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, timeout=30,
         )  # fmt: skip

@@ -282,12 +282,56 @@ def same_process(pid: int, create_time: float | None) -> bool:
         return False
 
 
+def child_pids(pid: int) -> list[int] | None:
+    """The children of `pid`, read from `/proc/PID/task/*/children` (cost: the size of the tree,
+    where psutil reads every process of the machine); [] if it is gone, None where the kernel has
+    no such file."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except FileNotFoundError:
+            if os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                return None  # a kernel without CONFIG_PROC_CHILDREN
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _tree(pids: list[int]) -> list[int] | None:
+    """Every descendant of `pids` (from the children files; None where there are none)."""
+    seen: set[int] = set()
+    todo = list(pids)
+    out = []
+    while todo:
+        kids = child_pids(todo.pop())
+        if kids is None:
+            return None
+        for kid in kids:
+            if kid not in seen:
+                seen.add(kid)
+                out.append(kid)
+                todo.append(kid)
+    return out
+
+
 def descendants(pids: list[int]) -> list[tuple[int, float]]:
     """Every live descendant of `pids` (pid, creation time)."""
     ps = _psutil()
     out: dict[int, float] = {}
     if ps is None:
         return []
+    tree = _tree(pids) if sys.platform.startswith("linux") else None
+    if tree is not None:
+        for pid in tree:
+            with contextlib.suppress(Exception):
+                out[pid] = ps.Process(pid).create_time()
+        return sorted(out.items())
     for pid in pids:
         try:
             for child in ps.Process(pid).children(recursive=True):
@@ -548,10 +592,21 @@ def failure_message(job_dir: str, name: str, code: int, program: str | None = No
 # ----------------------------------------------------------------------------- the supervisor
 
 
+_SIBLINGS: dict[str, Any] = {}
+
+
+def preload_siblings(modules: dict[str, Any]) -> None:
+    """Modules `_load_sibling` returns without loading them again (the supervisor host loads
+    them once, before it forks supervisors: supervisor_host.py)."""
+    _SIBLINGS.update(modules)
+
+
 def _load_sibling(name: str) -> Any:
     """A module of this folder, by path (the supervisor runs as `python -I supervisor.py`)."""
     import importlib.util
 
+    if name in _SIBLINGS:
+        return _SIBLINGS[name]
     if __package__:
         import importlib
 

@@ -362,6 +362,14 @@ def _reap_later(proc: subprocess.Popen[bytes]) -> None:
     threading.Thread(target=proc.wait, name="kf-jupyter-warm-reap", daemon=True).start()
 
 
+def has_room(state_dir: Path, framework: str, max_pools: int, max_memory_mib: float) -> bool:
+    """Another pool of `framework` would fit under the caps without stopping one."""
+    alive = [p for p in list_pools(state_dir) if p.get("alive")]
+    held = sum(pool_bytes(p) for p in alive)
+    new = NEW_POOL_MIB.get(framework, 300.0) * 2**20
+    return len(alive) < max_pools and held + new <= max_memory_mib * 2**20
+
+
 def pool_bytes(info: Mapping[str, Any]) -> int:
     """The memory a pool process holds alone (USS; RSS where USS cannot be read)."""
     return int(info.get("uss_bytes") or info.get("rss_bytes") or 0)
@@ -533,8 +541,13 @@ def stop_pool(meta_path: Path, timeout: float = 5.0) -> None:
 
 
 def stop_all(state_dir: Path) -> int:
-    """Stop every pool process of this state folder; how many there were."""
+    """Stop every pool process of this state folder, and its supervisor host (running jobs go
+    on); how many pool processes there were."""
+    from .. import supervisor_host
+
     pools = list_pools(state_dir)
     for p in pools:
         stop_pool(Path(p["meta_path"]))
+    with contextlib.suppress(OSError):
+        supervisor_host.stop(state_dir)
     return len(pools)

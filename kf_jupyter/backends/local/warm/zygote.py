@@ -44,8 +44,59 @@ def _subreaper():
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
+def _child_pids(pid):
+    """The children of `pid` from `/proc/PID/task/*/children` (the cost of the tree, not of every
+    process of the machine, which psutil and a /proc scan read: tens to hundreds of ms on a
+    loaded machine, on every node's exit); [] if it is gone, None without such files."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except FileNotFoundError:
+            if os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                return None
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _tree_parents(pid):
+    """{descendant: parent} below `pid` from the children files (None without them)."""
+    below, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        kids = _child_pids(parent)
+        if kids is None:
+            return None
+        for kid in kids:
+            if kid not in below:
+                below[kid] = parent
+                todo.append(kid)
+    return below
+
+
+def _create_times(pids):
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    out = {}
+    for pid in pids:
+        with contextlib.suppress(Exception):
+            out[pid] = psutil.Process(pid).create_time()
+    return out
+
+
 def _descendants(pid):
     """{pid: creation time} of every live descendant of `pid` (psutil when there is one)."""
+    tree = _tree_parents(pid)
+    if tree is not None:
+        return _create_times(tree)
     try:
         import psutil
     except ImportError:
@@ -65,24 +116,28 @@ def _adopted_of(node_tag, known_nodes):
     except ImportError:
         return {}
     out = {}
-    with contextlib.suppress(Exception):
-        for child in psutil.Process().children(recursive=False):
-            if child.pid in known_nodes:
-                continue
-            with contextlib.suppress(Exception):
-                env = child.environ()
-                tag = (env.get("KF_JUPYTER_JOB_NAME"), env.get("KF_JUPYTER_NODE_RANK"))
-                if tag == node_tag:
-                    out[child.pid] = child.create_time()
-                    for grand in child.children(recursive=True):
-                        with contextlib.suppress(Exception):
-                            out[grand.pid] = grand.create_time()
+    kids = _child_pids(os.getpid())
+    if kids is None:
+        with contextlib.suppress(Exception):
+            kids = [c.pid for c in psutil.Process().children(recursive=False)]
+    for pid in kids or []:
+        if pid in known_nodes:
+            continue
+        with contextlib.suppress(Exception):
+            env = psutil.Process(pid).environ()
+            tag = (env.get("KF_JUPYTER_JOB_NAME"), env.get("KF_JUPYTER_NODE_RANK"))
+            if tag == node_tag:
+                out.update(_create_times([pid]))
+                out.update(_descendants(pid))
     return out
 
 
 def _children_of(pid):
     """{pid: ppid} of every process whose parent is `pid` or below it (from /proc: forked-only
     processes carry the pool's environment, so no lookup by the job's environment sees them)."""
+    tree = _tree_parents(pid)
+    if tree is not None:
+        return tree
     parents = {}
     with contextlib.suppress(OSError):
         for name in os.listdir("/proc"):
