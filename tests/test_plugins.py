@@ -347,6 +347,11 @@ def test_a_plugins_magic_takes_the_training_flags(fake_plugins, tmp_path, monkey
     assert "2 nodes" in out
     result = sh.run_cell("%%ringtrain -p 2 --dry-run\nprint(1)\n")
     assert result.error_in_exec is not None or result.error_before_exec is not None
+    # A cell too large for a job's command is refused before IPython parses it, as for the
+    # built-in magics (the same one-paragraph error, not minutes of IPython's clean-up passes).
+    capsys.readouterr()
+    big = sh.run_cell("%%ringtrain --dry-run\n" + "x = 1\n" * 2_000_000)
+    assert big.error_before_exec is not None and "holds at most" in str(big.error_before_exec)
     del sh.magics_manager.magics["cell"]["ringtrain"], sh.magics_manager.magics["line"]["ringtrain"]
 
 

@@ -169,6 +169,9 @@ def _syntax_message(exc: SyntaxError, body: str) -> str:
 
 #: The cell magics whose body becomes a job (the size check runs before IPython parses them).
 TRAINING_MAGICS = ("torchtrain", "mpitrain", "jaxtrain", "xgboosttrain", "transformerstrain")
+PLUGIN_TRAINING_MAGICS: set[str] = (
+    set()
+)  # cell magics installed plugins registered (kf_jupyter.plugins)
 
 
 def oversize_message(size: int) -> str:
@@ -189,7 +192,9 @@ def oversized_training_cell(lines: list[str]) -> int | None:
     """
     first = next((ln for ln in lines if ln.strip()), "")
     word = first.strip().split(maxsplit=1)[0] if first.strip() else ""
-    if not word.startswith("%%") or word[2:] not in TRAINING_MAGICS:
+    if not word.startswith("%%") or (
+        word[2:] not in TRAINING_MAGICS and word[2:] not in PLUGIN_TRAINING_MAGICS
+    ):
         return None
     chars = sum(len(ln) for ln in lines)
     if chars <= MAX_SCRIPT_BYTES // 4:  # 4 bytes per character at most in UTF-8

@@ -443,8 +443,12 @@ class KubeflowMagics(Magics):
         """`%%<name>` for every trainer an installed plugin registers (kf_jupyter.plugins);
         a plugin that did not load gets one warning paragraph (logged), and the rest works."""
         from .. import plugins
+        from .cell import PLUGIN_TRAINING_MAGICS
 
         reg = plugins.registry()  # a plugin that did not load was logged there, once
+        PLUGIN_TRAINING_MAGICS.clear()
+        PLUGIN_TRAINING_MAGICS.update(reg.trainers)  # their cells get the size check too
+        _install_size_check(self.shell)
         for magic_name, cls in reg.trainers.items():
             self.shell.register_magic_function(
                 self._plugin_magic(magic_name, cls, reg.owner["magic:" + magic_name]),
