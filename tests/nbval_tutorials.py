@@ -4,12 +4,13 @@ notebooks/`, as scripts/test.sh runs it; kept here so the tutorials folder holds
 - Every run gets a fresh local job store (`KF_JUPYTER_STATE_DIR`), so `%kf_jobs` and the final
   "jobs still running" cells see only the tutorials' jobs, never the developer's.
 - The kernels see `KUBECONFIG` pointing at a file that does not exist, so no notebook can touch
-  a real cluster from a test run, except 06-kubernetes, whose kernel gets the kubeconfig of the
-  test cluster (tests/k8s_cluster: a real kube-apiserver + etcd with the Trainer CRDs and
+  a real cluster from a test run, except 06-kubernetes and 10-sweeps, whose kernels get the
+  kubeconfig of the test cluster (tests/k8s_cluster: a real kube-apiserver + etcd with the Trainer CRDs and
   default runtimes, and the stand-in playing the controller and kubelet). The cluster starts
-  once, only when 06 is collected; if this machine cannot run it, 06 is skipped with the reason.
+  once, only when one of them is collected; if this machine cannot run it, they are skipped with
+  the reason.
 - After the last cell of each notebook, no job may be left Created or Running (local store, and
-  the test cluster for 06); a leftover fails the run and is deleted.
+  the test cluster for 06 and 10); a leftover fails the run and is deleted.
 
 The kernel of a notebook starts when its first cell is set up, so setting `os.environ` in
 `pytest_runtest_setup` (before nbval's own set-up) decides the kernel's environment.
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # tests.k8s_cluster
 
-CLUSTER_NOTEBOOK = "06-kubernetes.ipynb"
+CLUSTER_NOTEBOOKS = ("06-kubernetes.ipynb", "10-sweeps.ipynb")  # their kernels get the cluster
 UNFINISHED = ("Created", "Running")
 
 
@@ -88,7 +89,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    cluster_items = [i for i in items if i.path.name == CLUSTER_NOTEBOOK]
+    cluster_items = [i for i in items if i.path.name in CLUSTER_NOTEBOOKS]
     if not cluster_items:
         return
     from tests.k8s_cluster import HarnessUnavailable
@@ -106,7 +107,7 @@ def pytest_collection_modifyitems(
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.path.name == CLUSTER_NOTEBOOK and _state.get("kubeconfig"):
+    if item.path.name in CLUSTER_NOTEBOOKS and _state.get("kubeconfig"):
         os.environ["KUBECONFIG"] = _state["kubeconfig"]
     else:
         os.environ["KUBECONFIG"] = _state["no_cluster"]
@@ -131,7 +132,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if nextitem is not None and nextitem.path == item.path:
         return
     left = _unfinished_jobs(kubernetes=False)
-    if item.path.name == CLUSTER_NOTEBOOK and _state.get("cluster") is not None:
+    if item.path.name in CLUSTER_NOTEBOOKS and _state.get("cluster") is not None:
         left += _unfinished_jobs(kubernetes=True)
     for client, name in left:
         client.delete_job(name)
