@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,7 +278,9 @@ def check_initializers(job: Mapping[str, Any], runtime: Runtime) -> None:
 
 #: The TrainJob CRD's maxItems of spec.runtimePatches.
 MAX_RUNTIME_PATCHES = 16
-#: The runtime patch Kueue adds to a queued TrainJob when it admits it (kueue trainjob_controller).
+#: The runtime patch Kueue's webhook adds to every TrainJob created where Kueue's TrainJob
+#: integration runs, queued or not; Kueue fills it when it admits the job (kueue
+#: pkg/controller/jobs/trainjob trainjob_webhook.go Default, trainjob_controller.go).
 KUEUE_PATCH_MANAGER = "kueue.x-k8s.io/manager"
 #: JobSet's limit on the names of the Jobs and Pods it creates (an RFC 1035 label).
 CHILD_NAME_LIMIT = 63
@@ -358,15 +360,25 @@ def _merge_patch(a: Any, b: Any) -> Any:
     return copy.deepcopy(b)
 
 
-def fit_runtime_patches(job: dict[str, Any], own_prefix: str = "kf-jupyter.io/") -> None:
-    """Keep `spec.runtimePatches` within the CRD's 16, counting the one Kueue adds when it
-    admits a queued job: kf-jupyter's own entries are merged into one if that is needed; past
-    that, a clear error (the API server would refuse the TrainJob, or Kueue could not admit it)."""
+def fit_runtime_patches(
+    job: dict[str, Any],
+    own_prefix: str = "kf-jupyter.io/",
+    kueue: bool | Callable[[], bool] = False,
+) -> None:
+    """Keep `spec.runtimePatches` within the CRD's 16, counting the one Kueue's webhook adds:
+    to every TrainJob created where Kueue runs (`kueue`: the cluster serves Kueue's API, a
+    callable asked only when the count is at the limit), and always when the job is queued.
+    kf-jupyter's own entries are merged into one if that is needed; past that, a clear error
+    (the API server would refuse the TrainJob that Kueue's webhook made too long)."""
     spec = job.get("spec") or {}
     patches = spec.get("runtimePatches") or []
+    if len(patches) + 1 <= MAX_RUNTIME_PATCHES:
+        return  # fits even with Kueue's
     queued = QUEUE_LABEL in ((job.get("metadata") or {}).get("labels") or {})
-    kueue = 1 if queued and not any(p.get("manager") == KUEUE_PATCH_MANAGER for p in patches) else 0
-    if len(patches) + kueue <= MAX_RUNTIME_PATCHES:
+    has_kueue = any(p.get("manager") == KUEUE_PATCH_MANAGER for p in patches)
+    installed = not has_kueue and not queued and (kueue() if callable(kueue) else kueue)
+    extra = 0 if has_kueue else 1 if queued or installed else 0
+    if len(patches) + extra <= MAX_RUNTIME_PATCHES:
         return
     ours = [p for p in patches if str(p.get("manager", "")).startswith(own_prefix)]
     if len(ours) > 1:
@@ -379,15 +391,16 @@ def fit_runtime_patches(job: dict[str, Any], own_prefix: str = "kf-jupyter.io/")
         rest = [p for p in patches if p not in ours]
         patches = [*rest[:first], merged, *rest[first:]]
         spec["runtimePatches"] = patches
-    if len(patches) + kueue <= MAX_RUNTIME_PATCHES:
+    if len(patches) + extra <= MAX_RUNTIME_PATCHES:
         return
     theirs = len(patches) - (1 if ours else 0)
+    why = "the job is queued" if queued else "Kueue runs on this cluster"
     raise OptionError(
-        f"This TrainJob would carry {len(patches) + kueue} runtime patches ({theirs} from "
+        f"This TrainJob would carry {len(patches) + extra} runtime patches ({theirs} from "
         f"RuntimePatch options{', 1 of kf-jupyter' if ours else ''}"
-        f"{', 1 that Kueue adds when it admits the queued job' if kueue else ''}); a TrainJob "
-        f"holds at most {MAX_RUNTIME_PATCHES}. Merge some RuntimePatch options into one (one "
-        "manager may patch several replicated jobs)."
+        f"{f', 1 that Kueue adds to every TrainJob it sees ({why})' if extra else ''}); a "
+        f"TrainJob holds at most {MAX_RUNTIME_PATCHES}. Merge some RuntimePatch options into "
+        "one (one manager may patch several replicated jobs)."
     )
 
 

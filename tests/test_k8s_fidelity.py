@@ -123,20 +123,24 @@ def test_runtime_patches_ours_merged_to_fit_sixteen(
         PodTemplateOverride(["node"], spec=PodSpecOverride(node_selector={"a": "b"}))
     )
     trainer = TorchTrainer(func=_train)
-    # 14 of the user's + ours + the workspace's = 16: as they are
-    job = backend.dry_run(trainer, "torch-distributed", options=[*_user_patches(14), override])
-    assert len(job["trainjob"]["spec"]["runtimePatches"]) == 16
-    # 15 + ours + workspace = 17: ours merged into one, and the API server takes it
-    options = [*_user_patches(15), override]
+    # The harness runs Kueue, whose webhook adds a patch to every TrainJob (queued or not):
+    # 13 of the user's + ours + the workspace's = 15 (+ Kueue's = 16): as they are
+    job = backend.dry_run(trainer, "torch-distributed", options=[*_user_patches(13), override])
+    assert len(job["trainjob"]["spec"]["runtimePatches"]) == 15
+    # 14 + ours + workspace = 16 (+ Kueue's = 17): ours merged into one, and the API server
+    # takes it with Kueue's
+    options = [*_user_patches(14), override]
     job = backend.dry_run(trainer, "torch-distributed", options=options)
     patches = job["trainjob"]["spec"]["runtimePatches"]
-    assert len(patches) == 16
+    assert len(patches) == 15
     [own] = [p for p in patches if p["manager"].startswith("kf-jupyter.io/")]
     pod = own["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert pod["template"]["spec"]["nodeSelector"] == {"a": "b"}
     assert pod["template"]["spec"]["volumes"]  # the workspace's volume is in it
     name = backend.train(trainer, "torch-distributed", options=options)
     backend.wait_for_job_status(name, timeout=120)
+    created = backend._get_trainjob(name)["spec"]["runtimePatches"]
+    assert len(created) == 16 and created[-1]["manager"] == "kueue.x-k8s.io/manager"
 
 
 def test_runtime_patches_count_the_one_kueue_adds(backend: Any) -> None:

@@ -133,8 +133,10 @@ def test_two_node_job_imports_the_notebooks_module_on_the_cluster(
     # the pods mount it through the runtime patch (the stand-in applies it as the Trainer would)
     pod = client.CoreV1Api(api).read_namespaced_pod(f"{name}-node-0-1", backend.namespace)
     assert [v.config_map.name for v in pod.spec.volumes if v.config_map] == [f"{name}-workspace"]
+    # beside the TrainJobStatus plugin's token mount, as the JobSet holds both
     assert [m.mount_path for m in pod.spec.containers[0].volume_mounts] == [
-        "/var/run/kf-jupyter/workspace"
+        "/var/run/kf-jupyter/workspace",
+        "/var/run/secrets/kubeflow/trainer",
     ]
 
     backend.delete_job(name)

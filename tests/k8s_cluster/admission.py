@@ -112,6 +112,15 @@ class AdmissionServer:
             {
                 "metadata": {"name": "kf-harness-mutating"},
                 "webhooks": [
+                    # Kueue's (its configuration sorts before the Trainer's, so the Trainer's
+                    # defaulter then stamps the time of Kueue's patch too)
+                    hook(
+                        "mtrainjob.kb.io",
+                        "/mutate-trainjob-kueue",
+                        GROUP,
+                        ["trainjobs"],
+                        ["CREATE"],
+                    ),
                     hook(
                         "defaulter.trainjob.trainer.kubeflow.org",
                         "/mutate-trainjob",
@@ -164,6 +173,7 @@ class AdmissionServer:
                 ],
             }
         )
+        _install_kueue_api(api_client)
         self._wait_effective(api_client, timeout)
 
     def _wait_effective(self, api_client: Any, timeout: float) -> None:
@@ -306,19 +316,19 @@ class AdmissionServer:
 
 
 def _kueue_default(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    """Kueue's TrainJob webhook Default (trainjob_webhook.go): a job with a queue label is
-    suspended until admitted, and gets Kueue's own (empty) runtime patch. (Real Kueue adds the
-    patch to every TrainJob of a namespace it manages; the harness only to queued ones.)"""
+    """Kueue's TrainJob webhook Default, on CREATE (kueue pkg/controller/jobs/trainjob/
+    trainjob_webhook.go:67-105): every TrainJob gets Kueue's own (empty) runtime patch, queued
+    or not; a queued one is also suspended until admitted (WorkloadShouldBeSuspended; the
+    harness runs Kueue without manageJobsWithoutQueueName and without a LocalQueue named
+    `default`, so an unlabelled job is neither suspended nor given a queue)."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    if "kueue.x-k8s.io/queue-name" not in labels:
-        return []
     spec = obj.get("spec") or {}
-    ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/suspend", "value": True}]
+    ops: list[dict[str, Any]] = []
+    if "kueue.x-k8s.io/queue-name" in labels:
+        ops.append({"op": "add", "path": "/spec/suspend", "value": True})
     patch = {"manager": "kueue.x-k8s.io/manager",
              "trainingRuntimeSpec": {"template": {"spec": {}}}}  # fmt: skip
     patches = spec.get("runtimePatches")
-    if any(p.get("manager") == patch["manager"] for p in patches or []):
-        return ops
     if patches is None:
         ops.append({"op": "add", "path": "/spec/runtimePatches", "value": [patch]})
     else:
@@ -391,3 +401,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+def _install_kueue_api(api_client: Any) -> None:
+    """Kueue's API group, as an installed Kueue serves it (its LocalQueue kind, no schema and no
+    controller: the stand-in plays Kueue): what a client's API discovery sees of Kueue."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "localqueues.kueue.x-k8s.io"},
+        "spec": {
+            "group": "kueue.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {"plural": "localqueues", "singular": "localqueue", "kind": "LocalQueue"},
+            "versions": [{"name": "v1beta2", "served": True, "storage": True, "schema": {
+                "openAPIV3Schema": {"type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True}}}],
+        },
+    }  # fmt: skip
+    try:
+        client.ApiextensionsV1Api(api_client).create_custom_resource_definition(crd)
+    except ApiException as e:
+        if e.status != 409:
+            raise

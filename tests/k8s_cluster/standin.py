@@ -86,7 +86,7 @@ from typing import Any, TypeVar
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from tests.k8s_cluster import mpirun_standin, tune_standin
+from tests.k8s_cluster import mpirun_standin, reconcile_events, trainer_plugins, tune_standin
 from tests.k8s_cluster.apiserver import free_port
 from tests.k8s_cluster.trainer_model import build_jobset
 
@@ -177,6 +177,9 @@ class StandIn:
         self._pods: dict[tuple[str, str], PodRun] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        # the Trainer controller's retries and event recorder (reconcile_events.py)
+        self._backoff = reconcile_events.Backoff()
+        self._recorder = reconcile_events.EventSeriesRecorder(self._api)
         self._threads: list[threading.Thread] = []
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._watch_resp: Any = None
@@ -389,6 +392,7 @@ class StandIn:
                         log.warning("deleting pod %s: %s", pod.name, e)
             if deleted:
                 self._collect_owned_configmaps(job)
+                self._collect_owned_secrets(job)
                 self._delete_jobset(job.namespace, job.name)
         fins = (tj or {}).get("metadata", {}).get("finalizers") or []
         gc = {"foregroundDeletion", "orphan"}
@@ -426,6 +430,21 @@ class StandIn:
                 except ApiException as e:
                     if e.status != 404:
                         log.warning("deleting configmap %s: %s", cm.metadata.name, e)
+
+    def _collect_owned_secrets(self, job: JobRun) -> None:
+        """Garbage collector: delete the Secrets (MPI's SSH keys) this TrainJob owns."""
+        try:
+            secrets = self._retry(self.core.list_namespaced_secret, job.namespace).items
+        except ApiException as e:
+            log.warning("listing secrets of %s: %s", job.name, e)
+            return
+        for sec in secrets:
+            owners = sec.metadata.owner_references or []
+            if any(o.uid == job.uid and o.kind == "TrainJob" for o in owners):
+                with contextlib.suppress(ApiException):
+                    self._retry(
+                        self.core.delete_namespaced_secret, sec.metadata.name, job.namespace
+                    )
 
     def _kill(self, job: JobRun, grace: float = 5.0) -> None:
         procs = [p.proc for p in job.pods if p.proc is not None and p.proc.poll() is None]
@@ -468,7 +487,7 @@ class StandIn:
         trainer = tj["spec"].get("trainer") or {}
         policy = rt["spec"].get("mlPolicy") or {}
         num_nodes = int(trainer.get("numNodes") or policy.get("numNodes") or 1)
-        template = js if js is not None else rt["spec"]["template"]
+        template = js if js is not None else build_jobset(tj, rt)
         rjobs = {r["name"]: r for r in template["spec"]["replicatedJobs"]}
         step_label = "trainer.kubeflow.org/trainjob-ancestor-step"
         trainer_rjob = next(
@@ -495,11 +514,6 @@ class StandIn:
         shutil.copyfile(self._api.configuration.ssl_ca_cert, status_dir / "ca.crt")
         with self._lock:
             self._status_tokens[(ns, name)] = token
-        status_env = [
-            ("KUBEFLOW_TRAINER_SERVER_URL", f"{STATUS_SERVICE}{_status_path(ns, name)}"),
-            ("KUBEFLOW_TRAINER_SERVER_CA_CERT", f"{STATUS_MOUNT}/ca.crt"),
-            ("KUBEFLOW_TRAINER_SERVER_TOKEN", f"{STATUS_MOUNT}/token"),
-        ]
 
         def localize(s: str) -> str:
             s = s.replace(f"{master}:{MASTER_PORT}", f"127.0.0.1:{port}")
@@ -507,85 +521,35 @@ class StandIn:
             s = s.replace(STATUS_MOUNT, str(status_dir))
             return s.replace(master, "127.0.0.1").replace("/etc/mpi/hostfile", str(hostfile))
 
-        # What EnforceMLPolicy injects (facts doc), per node index.
-        def policy_env(i: int) -> list[tuple[str, str]]:
-            if "torch" in policy:
-                nproc = trainer.get("numProcPerNode")
-                if nproc is None:
-                    res = trainer.get("resourcesPerNode") or _runtime_node_resources(rt)
-                    if _gpus(res):
-                        nproc = "auto"
-                    else:
-                        nproc = max(1, math.ceil(_cpu(res)))
-                return [
-                    ("PET_NNODES", str(num_nodes)),
-                    ("PET_NPROC_PER_NODE", str(nproc)),
-                    ("PET_NODE_RANK", str(i)),
-                    ("PET_MASTER_ADDR", master),
-                    ("PET_MASTER_PORT", str(MASTER_PORT)),
-                ]
-            if "jax" in policy:
-                return [
-                    ("JAX_NUM_PROCESSES", str(num_nodes)),
-                    ("JAX_PROCESS_ID", str(i)),
-                    ("JAX_COORDINATOR_ADDRESS", f"{master}:{MASTER_PORT}"),
-                ]
-            if "xgboost" in policy:
-                res = trainer.get("resourcesPerNode") or _runtime_node_resources(rt)
-                gpus = _gpus(res) or 1
-                return [
-                    ("DMLC_TRACKER_URI", master),
-                    ("DMLC_TRACKER_PORT", str(MASTER_PORT)),
-                    ("DMLC_TASK_ID", str(i)),
-                    ("DMLC_NUM_WORKER", str(num_nodes * gpus)),
-                ]
-            return []
-
         pods: list[PodRun] = []
         mpi = policy.get("mpi")
         if mpi is not None:
-            slots = int(trainer.get("numProcPerNode") or mpi.get("numProcPerNode") or 1)
-            as_node = bool(mpi.get("runLauncherAsNode"))
-            # mpi.go:116-126 and 316-345: max(numNodes-1, 1) node pods with the launcher as a
-            # node; the hostfile lists the pods in the runtime's replicated-job order.
-            workers = max(num_nodes - 1, 1) if as_node else num_nodes
-            by_job = {
-                "node": [f"{name}-node-0-{i}.{name}" for i in range(workers)],
-                "launcher": [f"{name}-launcher-0-0.{name}"] if as_node else [],
-            }
-            hosts = [h for rj in rjobs if rj in by_job for h in by_job[rj]]
+            # The JobSet's counts (mpi.go:116-126) and the hostfile the MPI plugin put in the
+            # `<name>-mpi-hostfile` ConfigMap (mpi.go:331-346); locally all slots on one host.
+            workers = int(rjobs["node"]["template"]["spec"].get("parallelism") or 1)
+            real = trainer_plugins.hostfile(tj, rt, template["spec"])
+            slots = sum(int(line.rsplit("=", 1)[1]) for line in real.splitlines())
             hostfile.parent.mkdir(parents=True)
-            hostfile.write_text(f"localhost slots={slots * len(hosts)}\n")
-            (hostfile.parent / "hostfile.k8s").write_text(
-                "".join(f"{h} slots={slots}\n" for h in hosts)
-            )
-            launcher_env = [
-                ("OMPI_MCA_orte_default_hostfile", "/etc/mpi/hostfile"),
-                ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
-                ("OMPI_MCA_orte_set_default_slots", str(slots)),
-                ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
-            ]
-            plan = [("launcher", 0, launcher_env)] + [("node", i, []) for i in range(workers)]
+            hostfile.write_text(f"localhost slots={slots}\n")
+            (hostfile.parent / "hostfile.k8s").write_text(real)
+            plan = [("launcher", 0)] + [("node", i) for i in range(workers)]
         else:
-            plan = [(trainer_rjob, i, policy_env(i)) for i in range(num_nodes)]
+            plan = [(trainer_rjob, i) for i in range(num_nodes)]
 
-        for rjob, i, extra_env in plan:
+        for rjob, i in plan:
             is_trainer = rjob == trainer_rjob
             tmpl = rjobs.get(rjob, {}).get("template", {}).get("spec", {}).get("template", {})
             ctr = next(
                 (c for c in tmpl.get("spec", {}).get("containers", []) if c["name"] == "node"),
                 {"name": "node"},
             )
+            # The JobSet's pod template holds the trainer's and the plugins' env
+            # (trainer_plugins.py), as the Job controller gives it to every pod.
             env = {e["name"]: e for e in ctr.get("env", [])}
-            if is_trainer:
-                env.update({e["name"]: e for e in trainer.get("env", [])})
-            env.update({k: {"name": k, "value": v} for k, v in extra_env})
             # The Job controller's env for an Indexed Job's pods (JobSet's jobs are Indexed;
             # kubernetes pkg/controller/job/indexed_job_utils.go addCompletionIndexEnvVariable).
             env.setdefault("JOB_COMPLETION_INDEX", {"name": "JOB_COMPLETION_INDEX", "valueFrom": {
                 "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}})  # fmt: skip
-            if is_trainer:  # the TrainJobStatus plugin: trainer containers only
-                env.update({k: {"name": k, "value": v} for k, v in status_env})
             image = (trainer.get("image") if is_trainer else None) or ctr.get("image", "none")
             # the JobSet's container already has the trainer's command (for `tune run`, as the
             # Trainer's torch plugin completed it); without a JobSet, the TrainJob's
@@ -623,9 +587,18 @@ class StandIn:
             for key in POD_FIELDS:  # what the (patched) pod template sets
                 if tmpl.get("spec", {}).get(key) is not None:
                     spec[key] = tmpl["spec"][key]
+            # the API server's ServiceAccount admission names `default` when the template does
+            # not (plugin/pkg/admission/serviceaccount/admission.go); a projected token volume,
+            # as the TrainJobStatus plugin adds, is refused without one
+            spec.setdefault("serviceAccountName", "default")
             if _gpus(resources):  # the stand-in node has no GPU: the scheduler cannot bind it
                 del spec["nodeName"]
-            volumes, mounts = _patch_pod_volumes(tj, rjob)
+            # the template's volumes: the runtime's, the patches', the MPI and TrainJobStatus
+            # plugins' (trainer_plugins.py)
+            volumes = list(tmpl.get("spec", {}).get("volumes") or [])
+            mounts = list(ctr.get("volumeMounts") or [])
+            if ctr.get("ports"):
+                spec["containers"][0]["ports"] = ctr["ports"]
             if volumes:
                 spec["volumes"] = volumes
             if mounts:
@@ -659,30 +632,10 @@ class StandIn:
                 log.exception("stand-in: job %s/%s", job.namespace, job.name)
 
     def _run_job_inner(self, job: JobRun, tj: dict[str, Any]) -> None:
-        try:
-            rt = self._get_runtime(tj)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            # (the runtime was deleted after the webhook let the job in) as the Trainer reports
-            # any failed reconcile: one event, the client's error text
-            ref = tj["spec"]["runtimeRef"]
-            plural = (
-                "trainingruntimes"
-                if ref.get("kind") == "TrainingRuntime"
-                else "clustertrainingruntimes"
-            )
-            self._event(
-                tj,
-                "Warning",
-                "TrainJobResourcesCreationFailed",
-                "TrainJob resources reconciliation failed: "
-                f'{plural}.trainer.kubeflow.org "{ref["name"]}" not found',
-            )
+        built = self._reconcile_resources(job, tj)
+        if built is None:
             return
-        js = self._apply_jobset(tj, rt)
-        if js is None:
-            return
+        rt, js = built
         cwd = self.workdir / job.namespace / f"{job.name}-{job.uid[:8]}"
         run = 1
         while cwd.exists():  # resumed: new pods, new (empty) logs, as on a cluster
@@ -802,14 +755,71 @@ class StandIn:
                     self.core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0
                 )
 
-    def _apply_jobset(self, tj: dict[str, Any], rt: dict[str, Any]) -> dict[str, Any] | None:
+    def _reconcile_resources(
+        self, job: JobRun, tj: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(runtime, JobSet) once the TrainJob's resources exist. A failed reconcile (runtime
+        gone, JobSet refused) is only a ``TrainJobResourcesCreationFailed`` event, its note
+        `TrainJob resources reconciliation failed: <error, 950 characters at most> ...`
+        (trainjob_controller.go:104-119), and is retried with controller-runtime's back-off,
+        the event growing a series (reconcile_events.py). None: the job went away meanwhile."""
+        key = job.uid
+        while not job.cancelled.is_set() and not self._stop.is_set():
+            js: dict[str, Any] | None = None
+            try:
+                rt = self._get_runtime(tj)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                ref = tj["spec"]["runtimeRef"]
+                kind = ref.get("kind", "ClusterTrainingRuntime")
+                plural = "trainingruntimes" if kind == "TrainingRuntime" else (
+                    "clustertrainingruntimes")  # fmt: skip
+                error = f'{plural}.trainer.kubeflow.org "{ref["name"]}" not found'
+            else:
+                js, error = self._apply_jobset(tj, rt)
+            if js is not None:
+                self._backoff.forget(key)
+                return rt, js
+            note = f"TrainJob resources reconciliation failed: {error[:950]}"
+            if len(error) > 950:
+                note += " ..."
+            self._recorder.warning(tj, "TrainJobResourcesCreationFailed", "Reconciling", note)
+            until = time.monotonic() + self._backoff.when(key)
+            while time.monotonic() < until:
+                if job.cancelled.wait(min(0.5, until - time.monotonic())) or self._stop.is_set():
+                    return None
+            try:  # the next reconcile reads the TrainJob again
+                meta = tj["metadata"]
+                tj = self._retry(
+                    self.custom.get_namespaced_custom_object,
+                    GROUP, VERSION, meta["namespace"], "trainjobs", meta["name"],
+                )  # fmt: skip
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                raise
+        return None
+
+    def flush_event_series(self) -> None:
+        """client-go's periodic refresh of event series (every 30 min on a cluster): write the
+        count the reconcile-failure events have reached."""
+        self._recorder.flush()
+
+    def reconcile_failures(self, uid: str) -> int:
+        """How many reconciles of the TrainJob `uid` have failed in a row (a test's probe)."""
+        return self._backoff.failures(uid)
+
+    def _apply_jobset(
+        self, tj: dict[str, Any], rt: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, str]:
         """Create the JobSet the Trainer builds, through the API server (so the JobSet webhook
-        checks it); the stand-in then runs its pods from it. Refused: None, and only a
-        ``TrainJobResourcesCreationFailed`` event, as the Trainer's reconciler emits
-        (trainjob_controller.go); the TrainJob's status says nothing."""
+        checks it); the stand-in then runs its pods from it. Refused: (None, the API server's
+        error), which the reconciler reports only as an event; the TrainJob's status says
+        nothing."""
         js = build_jobset(tj, rt)
         try:
-            return self._retry(
+            created = self._retry(
                 self.custom.create_namespaced_custom_object,
                 "jobset.x-k8s.io",
                 "v1alpha2",
@@ -817,15 +827,33 @@ class StandIn:
                 "jobsets",
                 js,
             )
+            self._apply_plugin_objects(tj, rt, js)
+            return created, ""
         except ApiException as e:
             if e.status == 409:
-                return js  # resumed: the JobSet is still there
-            message = _api_message(e)
-            text = f"TrainJob resources reconciliation failed: {message[:950]}"
-            if len(message) > 950:
-                text += " ..."
-            self._event(tj, "Warning", "TrainJobResourcesCreationFailed", text)
-            return None
+                self._apply_plugin_objects(tj, rt, js)
+                return js, ""  # resumed: the JobSet is still there
+            return None, _api_message(e)
+
+    def _apply_plugin_objects(
+        self, tj: dict[str, Any], rt: dict[str, Any], js: dict[str, Any]
+    ) -> None:
+        """The MPI and TrainJobStatus plugins' Secret and ConfigMaps (trainer_plugins.py); an
+        existing Secret is kept (immutable, mpi.go:258-270), ConfigMaps are replaced."""
+        ns = tj["metadata"]["namespace"]
+        ca = Path(self._api.configuration.ssl_ca_cert).read_text()
+        for obj in trainer_plugins.plugin_objects(tj, rt, js["spec"], ca):
+            secret = obj["kind"] == "Secret"
+            create = self.core.create_namespaced_secret if secret else (
+                self.core.create_namespaced_config_map)  # fmt: skip
+            try:
+                self._retry(create, ns, obj)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                if not secret:
+                    name = obj["metadata"]["name"]
+                    self._retry(self.core.replace_namespaced_config_map, name, ns, obj)
 
     def _delete_jobset(self, namespace: str, name: str) -> None:
         try:
@@ -1324,14 +1352,6 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def _cpu(resources: dict[str, Any]) -> float:
-    q = (resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get("cpu")
-    if q is None:
-        return 0.0
-    q = str(q)
-    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
-
-
 def _gpus(resources: dict[str, Any]) -> int:
     """GPUs per node as the Trainer counts them (runtime.go GetNumGPUPerNode): the first
     resource whose name contains "gpu", requests before limits."""
@@ -1342,39 +1362,6 @@ def _gpus(resources: dict[str, Any]) -> int:
                 if n:
                     return n
     return 0
-
-
-def _runtime_node_resources(rt: dict[str, Any]) -> dict[str, Any]:
-    """The `node` container's resources in the runtime's trainer step (runtime.go
-    ExtractResourcePerNodeFromRuntime): what numProcPerNode `auto` uses without the job's."""
-    for rj in rt["spec"]["template"]["spec"].get("replicatedJobs") or []:
-        labels = ((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        if rj.get("name") != "node" and labels.get(ANCESTOR) != "trainer":
-            continue
-        pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
-        for c in (pod or {}).get("containers") or []:
-            if c.get("name") == "node" and c.get("resources"):
-                return dict(c["resources"])
-    return {}
-
-
-def _patch_pod_volumes(
-    tj: dict[str, Any], rjob: str
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, volumeMounts of container node) the TrainJob's runtimePatches add to `rjob`."""
-    volumes: list[dict[str, Any]] = []
-    mounts: list[dict[str, Any]] = []
-    for patch in tj["spec"].get("runtimePatches") or []:
-        spec = patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {})
-        for rj in spec.get("replicatedJobs") or []:
-            if rj.get("name") == rjob:
-                pod_spec = rj.get("template", {}).get("spec", {}).get("template", {})
-                pod_spec = pod_spec.get("spec") or {}
-                volumes += pod_spec.get("volumes") or []
-                for c in pod_spec.get("containers") or []:
-                    if c.get("name") == "node":
-                        mounts += c.get("volumeMounts") or []
-    return volumes, mounts
 
 
 def _patch_pod_labels(tj: dict[str, Any], rjob: str) -> dict[str, str]:

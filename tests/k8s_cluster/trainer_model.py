@@ -19,6 +19,8 @@ import math
 import re
 from typing import Any
 
+from tests.k8s_cluster import trainer_plugins
+
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 # Strategic-merge keys of the lists under a JobSetSpec (from the Go types' patchMergeKey tags).
 _MERGE_KEYS = {
@@ -258,6 +260,8 @@ def build_jobset(tj: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
                     c["resources"] = strategic_merge(
                         c.get("resources") or {}, trainer["resourcesPerNode"]
                     )
+    # the plugins' env, ports, volumes and mounts (trainer_plugins.py)
+    trainer_plugins.enforce_ml_policy(tj, runtime, spec, counts)
     labels: dict[str, str] = {}
     for p in tspec.get("runtimePatches") or []:
         pmeta = ((p.get("trainingRuntimeSpec") or {}).get("template") or {}).get("metadata") or {}

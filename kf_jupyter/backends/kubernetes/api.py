@@ -55,6 +55,7 @@ class KubeApi:
         self.core = client.CoreV1Api(self.api_client)
         self._runtime_cache: tuple[float, dict[tuple[str, str], Runtime]] | None = None
         self._lock = threading.Lock()
+        self._kueue: bool | None = None  # the cluster serves Kueue's API (_serves_kueue)
 
     # -- configuration -----------------------------------------------------------------------
     @staticmethod
@@ -109,6 +110,29 @@ class KubeApi:
         except Exception as exc:
             raise self._error(exc, where) from None
         return json.loads(data) if data else {}
+
+    def _serves_kueue(self) -> bool:
+        """Whether the cluster serves Kueue's API (`kueue.x-k8s.io`), whose webhook adds a
+        runtime patch to every TrainJob created; asked once per backend (API discovery, open to
+        every authenticated user). When discovery fails, assume it does (the safe count)."""
+        with self._lock:
+            if self._kueue is not None:
+                return self._kueue
+        from kubernetes import client
+
+        try:
+            data = (
+                client.ApisApi(self.api_client)
+                .get_api_versions(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                .data
+            )
+            groups = {g.get("name") for g in json.loads(data).get("groups") or []}
+            found = "kueue.x-k8s.io" in groups
+        except Exception:
+            found = True
+        with self._lock:
+            self._kueue = found
+        return found
 
     def _list_trainjobs(self, **kwargs: Any) -> dict[str, Any]:
         return self._json(

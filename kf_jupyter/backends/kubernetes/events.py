@@ -37,7 +37,10 @@ class EventsMixin(KubeApi):
             if not related:
                 continue
             when = parse_time(
-                ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp")
+                (ev.get("series") or {}).get("lastObservedTime")
+                or ev.get("lastTimestamp")
+                or ev.get("eventTime")
+                or ev.get("firstTimestamp")
             )
             out.append(
                 Event(

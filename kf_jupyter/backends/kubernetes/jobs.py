@@ -82,7 +82,7 @@ class JobsMixin(RuntimesMixin):
         rt = resolve_runtime_arg(self, trainer, runtime)
         job = build_trainjob(trainer, rt, runtime_config, options, backend=self)
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
-        fit_runtime_patches(job)
+        fit_runtime_patches(job, kueue=self._serves_kueue)
         shape = job_shape(trainer, rt, job["metadata"]["name"])
         # A preview is printed and shown: credentials in index URLs are masked (train() sends
         # the real ones).
@@ -102,7 +102,7 @@ class JobsMixin(RuntimesMixin):
         """Create the TrainJob; return its name."""
         job = self._build(trainer, runtime, runtime_config, options)
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
-        fit_runtime_patches(job)
+        fit_runtime_patches(job, kueue=self._serves_kueue)
         name = job["metadata"]["name"]
         created = self._json(
             Where("create", TRAINJOB_PLURAL, self.namespace, name),

@@ -5,9 +5,11 @@ Pure functions of the API's JSON (no requests).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from ...constants import LAUNCHER_JOB, NODE_JOB, QUEUE_LABEL, SUSPENDED_BY_USER_ANNOTATION
+from ...progress import parse_time
 from ...types import COMPLETE, CREATED, FAILED, RUNNING, SUSPENDED
 from .pods import pod_phase, pod_source
 from .waiting import waiting_reason
@@ -96,6 +98,20 @@ DEADLINE_EXCEEDED = "DeadlineExceeded"
 RECONCILE_FAILED = "TrainJobResourcesCreationFailed"
 
 
+def event_time(ev: dict[str, Any]) -> datetime:
+    """When an Event (as core/v1 serves it) was last seen: a series' `lastObservedTime` (an
+    events.k8s.io recorder, as the Trainer's, keeps `eventTime` at the first occurrence and
+    counts repeats in `series`), else `lastTimestamp`, `eventTime`, `firstTimestamp`; compared
+    as times (`...:00Z` and `...:00.5Z` do not sort as strings)."""
+    series = ev.get("series") or {}
+    for value in (series.get("lastObservedTime"), ev.get("lastTimestamp"), ev.get("eventTime"),
+                  ev.get("firstTimestamp")):  # fmt: skip
+        when = parse_time(value)
+        if when is not None:
+            return when
+    return datetime.min.replace(tzinfo=UTC)
+
+
 def reconcile_failure(obj: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str] | None:
     """(reason, message) of the newest Warning event about this TrainJob (same uid), else None.
 
@@ -114,12 +130,7 @@ def reconcile_failure(obj: dict[str, Any], events: list[dict[str, Any]]) -> tupl
     ]
     if not mine:
         return None
-    ev = max(
-        mine,
-        key=lambda e: str(
-            e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or ""
-        ),
-    )
+    ev = max(mine, key=event_time)
     text = str(ev.get("message") or ev.get("reason") or "")
     return (
         str(ev.get("reason") or RECONCILE_FAILED),
