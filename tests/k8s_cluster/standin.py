@@ -596,7 +596,10 @@ class StandIn:
             # the template's volumes: the runtime's, the patches', the MPI and TrainJobStatus
             # plugins' (trainer_plugins.py)
             volumes = list(tmpl.get("spec", {}).get("volumes") or [])
-            mounts = list(ctr.get("volumeMounts") or [])
+            # (a mount of a volume the JobSet controller adds from `volumeClaimPolicies`, as the
+            # torchtune runtimes' `initializer`, is left out: the stand-in has no PVCs)
+            names = {v.get("name") for v in volumes}
+            mounts = [m for m in ctr.get("volumeMounts") or [] if m.get("name") in names]
             if ctr.get("ports"):
                 spec["containers"][0]["ports"] = ctr["ports"]
             if volumes:
