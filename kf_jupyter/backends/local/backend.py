@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ... import phases
 from ...build import LaunchPlan, build_launch_plan, build_trainjob
 from ...config import RuntimeConfig, SecretRef, mask_object
 from ...errors import (
@@ -753,7 +754,23 @@ class LocalBackend:
             }
             if st.get("status") != SUSPENDED  # a suspended job gave its devices back
             else {},
+            phase=self._phase(st),
         )
+
+    def _phase(self, st: dict[str, Any]) -> str:
+        """What a Created or Running job is doing before its first line, from its events
+        (kf_jupyter/phases.py); "" for any other state."""
+        if st.get("status") not in phases.ACTIVE:
+            return ""
+        events = []
+        with contextlib.suppress(OSError):
+            with open(self.job_dir(st["name"]) / "events.jsonl", encoding="utf-8") as fh:
+                for line in fh:
+                    with contextlib.suppress(ValueError):
+                        e = json.loads(line)
+                        if isinstance(e, dict):
+                            events.append(e)
+        return phases.local_phase(events, int(st.get("world_size") or 1))
 
     def _trainer_status(self, name: str) -> TrainerStatus | None:
         """What the job's ranks last posted to its status endpoint (status_endpoint.py)."""
