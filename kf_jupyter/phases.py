@@ -37,14 +37,18 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('s') else 's'}"
 
 
-def local_phase(events: Iterable[Mapping[str, Any]], world_size: int) -> str:
+def local_phase(
+    events: Iterable[Mapping[str, Any]], world_size: int, runner: bool = True, processes: int = 1
+) -> str:
     """The phase of a local job's current run from its events (dicts with `reason`, `message`
     and `object`); "" when there is nothing to say.
 
-    Only the events since the last resume count (a resumed job starts its ranks again).
+    Only the events since the last resume count (a resumed job starts its ranks again). A job
+    that does not run kf-jupyter's runner (`runner=False`: a TrainerCommand) has no rank
+    events: its phase says only that its `processes` were started, warm or cold.
     """
     run: list[Mapping[str, Any]] = []
     for e in events:
@@ -76,6 +80,10 @@ def local_phase(events: Iterable[Mapping[str, Any]], world_size: int) -> str:
         warmth = f"cold: {cold_why}"
     else:
         warmth = ""
+    if not runner:
+        started = any(e.get("reason") == "Running" for e in run)
+        what = f"{'Started' if started else 'Starting'} {_plural(max(1, processes), 'process')}"
+        return what + (f" ({warmth})" if warmth else "")
     waiting = [r for r, (reason, _) in ranks.items() if reason == "Rendezvous"]
     joined = [r for r, (reason, _) in ranks.items() if reason == "RendezvousDone"]
     importing: dict[str, list[int]] = {}

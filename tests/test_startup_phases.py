@@ -199,3 +199,79 @@ def test_a_cold_rank_reports_its_framework_import(tmp_path):
         for j in client.list_jobs():
             client.delete_job(j.name)
         stop_all(tmp_path / "state")
+
+
+# -- Kubernetes: the pods' own states ---------------------------------------------------------
+
+
+def _pod(rjob, index=0, phase="Pending", **status):
+    from tests.test_k8s_waiting import _pod as pod
+
+    p = pod(rjob, phase, **status)
+    p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(index)
+    p["metadata"]["name"] = f"j-{rjob}-0-{index}"
+    return p
+
+
+def _waiting(reason):
+    return {"containerStatuses": [{"name": "node", "state": {"waiting": {"reason": reason}}}]}
+
+
+def test_kubernetes_phase_is_the_pods_own_states():
+    from kf_jupyter.backends.kubernetes.waiting import pods_phase
+
+    assert pods_phase([]) == "Waiting for the Trainer to create the pods"
+    creating = [_pod("node", 0, "Running"), _pod("node", 1, **_waiting("ContainerCreating"))]
+    assert pods_phase(creating) == "Pods: 1/2 running · 1 ContainerCreating"
+    init = {"initContainerStatuses": [{"name": "pip", "state": {"running": {}}}]}
+    assert (
+        pods_phase([_pod("node", 0, **init)]) == "Pods: 0/1 running · 1 init container pip running"
+    )
+    unscheduled = {"conditions": [{"type": "PodScheduled", "status": "False"}]}
+    assert pods_phase([_pod("node", 0, **unscheduled)]) == "Pods: 0/1 running · 1 Unschedulable"
+    assert pods_phase([_pod("node", i, "Running") for i in range(2)]) == "All 2 pods running"
+    data = [_pod("dataset-initializer", 0, "Running")]
+    assert pods_phase(data) == "dataset-initializer: Running"
+
+
+@pytest.mark.slow
+def test_kubernetes_job_record_carries_the_pods_phase(
+    k8s_admin_kubeconfig, k8s_namespace, k8s_standin
+):
+    from kf_jupyter.backends.kubernetes.backend import KubernetesBackend
+    from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
+    from kf_jupyter.options import TrainerCommand
+
+    backend = KubernetesBackend(
+        KubernetesBackendConfig(namespace=k8s_namespace, config_file=k8s_admin_kubeconfig)
+    )
+    image = "registry.example.invalid/team/trainer:1.0"
+    name = backend.train(
+        TorchTrainer(num_nodes=1, image=image), options=[TrainerCommand(["bash", "-c", "echo hi"])]
+    )
+    job = wait_phase(backend, name, lambda p: "ImagePullBackOff" in p or "ErrImagePull" in p)
+    assert job.status == "Created"
+    assert job.phase.startswith("Pods: 0/1 running · 1 "), job.phase
+    assert job.to_dict()["phase"] == job.phase  # what the server sends the lab
+    backend.delete_job(name)
+
+
+def test_a_plain_command_has_no_rank_phases_only_its_processes():
+    warm = [ev("WarmStart", "node-0", "node-0: forked"), ev("WarmStart", "node-1", "node-1: f")]
+    assert local_phase(warm, 4, runner=False, processes=2) == "Starting 2 processes (warm)"
+    running = [*warm, ev("Running", "", "all processes started")]
+    assert local_phase(running, 4, runner=False, processes=2) == "Started 2 processes (warm)"
+
+
+def test_a_trainer_command_job_says_its_processes_started(client):
+    from kf_jupyter import JAXTrainer
+    from kf_jupyter.options import TrainerCommand
+
+    name = client.train(
+        JAXTrainer(num_nodes=2, initialize_distributed=False),
+        options=[TrainerCommand(["bash", "-c", "sleep 30"])],
+    )
+    job = wait_phase(client, name, lambda p: p.startswith("Started 2 processes"))
+    assert job.status == "Running"
+    assert not any(e.reason == "RankStarted" for e in client.get_job_events(name))
+    client.delete_job(name)

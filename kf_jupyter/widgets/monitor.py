@@ -255,14 +255,14 @@ class JobMonitor:
 
     def _waiting_html(self) -> str:
         """Why a Created or Suspended job does not run, on the header's own row: it gives way
-        first (cut with an ellipsis), whole in its tooltip and as its text for assistive
-        technology."""
+        first (cut with an ellipsis, never below 5em), whole in its tooltip and as its text
+        for assistive technology."""
         if not (self.waiting and self.status in ("Created", "Suspended")):
             return ""
         text = html.escape(self.waiting)
         return (
             f"<small class='kf-waiting' title='{text}' style='overflow:hidden;"
-            f"text-overflow:ellipsis;min-width:0;flex:0 4 auto'>· {text}</small>"
+            f"text-overflow:ellipsis;min-width:5em;flex:0 4 auto'>· {text}</small>"
         )
 
     def _footer_html(self) -> str:

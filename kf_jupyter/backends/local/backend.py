@@ -628,6 +628,8 @@ class LocalBackend:
                 "world_size": plan.shape.world_size,
                 "gpus_per_node": plan.shape.gpus_per_node,
                 "trainer": type(trainer).__name__,
+                # the ranks run kf-jupyter's runner, which records their startup phases
+                "runner": any("kf_entry.py" in " ".join(p.argv) for p in plan.processes),
                 "python": python,
                 "cwd": cwd,
                 "processes": {},
@@ -770,7 +772,12 @@ class LocalBackend:
                         e = json.loads(line)
                         if isinstance(e, dict):
                             events.append(e)
-        return phases.local_phase(events, int(st.get("world_size") or 1))
+        return phases.local_phase(
+            events,
+            int(st.get("world_size") or 1),
+            runner=bool(st.get("runner", True)),
+            processes=len(st.get("processes") or {}) or int(st.get("num_nodes") or 1),
+        )
 
     def _trainer_status(self, name: str) -> TrainerStatus | None:
         """What the job's ranks last posted to its status endpoint (status_endpoint.py)."""
