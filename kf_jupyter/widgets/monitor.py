@@ -247,11 +247,18 @@ class JobMonitor:
             f"<span class='kf-head-where' title='{where}' style='overflow:hidden;"
             f"text-overflow:ellipsis;min-width:3em'><b>{html.escape(self.name)}</b> · "
             f"{html.escape(self.backend)}{rt}</span><span style='flex:none'> · "
-            f"<span class='kf-status' style='background:{colour};color:white;padding:1px 6px;"
-            f"border-radius:8px'>{html.escape(self.status)}</span> · "
+            f"<span class='kf-status'{self._waiting_title()} style='background:{colour};"
+            f"color:white;padding:1px 6px;border-radius:8px'>{html.escape(self.status)}</span> · "
             f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span></span>"
             f"{self._waiting_html()}</div>"
         )
+
+    def _waiting_title(self) -> str:
+        """The waiting reason as the status badge's tooltip too (a narrow header cuts the
+        reason itself short)."""
+        if not (self.waiting and self.status in ("Created", "Suspended")):
+            return ""
+        return f" title='{html.escape(self.waiting)}'"
 
     def _waiting_html(self) -> str:
         """Why a Created or Suspended job does not run, on the header's own row: it gives way
