@@ -820,7 +820,10 @@ class KubeflowMagics(Magics):
             waiting=waiting,
             widget_model_id=monitor.widget.model_id,
         )
-        shown = display(bundle, raw=True, display_id=f"kf-jupyter-job-{handle.name}")
+        display_id = f"kf-jupyter-job-{handle.name}"
+        shown = display(bundle, raw=True, display_id=display_id)
+        if not waiting:  # no cell waits for the job: the monitor replaces its output at the end
+            monitor.display_id = display_id
         monitor.start()
         return monitor, shown
 
@@ -1186,7 +1189,7 @@ class KubeflowMagics(Magics):
             if args.start not in warm_pool.PRELOAD:
                 raise _fail(f"--start takes one of {', '.join(warm_pool.PRELOAD)}")
             self._guard(lambda: backend.prestart_pool(args.start))
-        from .render import pool_rows
+        from .render import POOL_HEADERS, pool_rows
 
         pools = warm_pool.list_pools(backend.state_dir)
         state = "on" if self.warm else "off (%config KubeflowMagics.warm = True turns it on)"
@@ -1199,7 +1202,7 @@ class KubeflowMagics(Magics):
             f"(now {held:.0f} MiB)."
         )
         self._table(
-            ("framework", "pid", "state", "launches", "RSS", "USS", "fds", "python"),
+            POOL_HEADERS,
             pool_rows(pools),
             "No pool process runs (the next torch/JAX/XGBoost job starts one).",
         )

@@ -6,6 +6,15 @@ a flusher thread turns it into widget trait updates: the log view at most every
 `stats_interval` (1 s). Nothing calls `display()` or writes to an Output from a thread, so a
 notebook run by nbclient/nbval gets no stray outputs, and the message rate stays under 10/s
 whatever the log rate.
+
+One exception, by design: a monitor that no cell waits for (`--no-wait`, `%kf_monitor`) is
+given its output's `display_id`; when the job ends its flusher replaces that output with the
+job's static view (`update_display`, see `JobMonitor.settle_display`). An update names the
+output by its display id, not by the cell that is running: JupyterLab and Notebook 7 route it to
+every output that showed that id, even in a cell that ended long ago (their kernel connection's
+`_handleDisplayId`), so the saved notebook holds the finished view, never a widget whose model
+a restarted kernel no longer has ("Error displaying widget: model not found"). An update adds no
+output anywhere (nbclient and nbval apply it to the outputs with that id, or ignore it).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import phases
 from ..progress import progress_label
 from ..types import COMPLETE, FAILED, RUNNING, TERMINAL, LogRecord, TrainJob
 from .state import LogState
@@ -181,6 +191,7 @@ class JobMonitor:
         self.chart = w.HTML("")
         self.gpus = w.HTML("", layout=w.Layout(display="none"))
         self.failure = w.HTML("", layout=w.Layout(display="none"))
+        self.phase_line = w.HTML("", layout=w.Layout(display="none"))
         self.log = w.HTML(self.state.render_log_html())
         self.footer = w.HTML(self._footer_html())
         self.widget = w.VBox(
@@ -194,6 +205,7 @@ class JobMonitor:
                 self.chart,
                 self.gpus,
                 self.failure,
+                self.phase_line,
                 self.log,
                 self.footer,
             ]
@@ -202,6 +214,9 @@ class JobMonitor:
         self.cancel_button.on_click(self._on_cancel)
         self.suspend_button.on_click(self._on_suspend)
         self.job: TrainJob | None = None
+        #: The display id of the output showing this monitor when no cell waits for the job:
+        #: the flusher then replaces that output with the static view when the job ends.
+        self.display_id: str | None = None
 
     def set_waiting(self, waiting: bool) -> None:
         """Say (or stop saying) that the kernel is busy with the cell following this job."""
@@ -244,13 +259,29 @@ class JobMonitor:
             f"<span class='kf-head-where' title='{where}' style='overflow:hidden;"
             f"text-overflow:ellipsis;min-width:3em'><b>{html.escape(self.name)}</b> · "
             f"{html.escape(self.backend)}{rt}</span><span style='flex:none'> · "
-            f"<span class='kf-status' style='background:{colour};color:white;padding:1px 6px;"
-            f"border-radius:8px'>{html.escape(self.status)}</span> · "
-            f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span></span></div>"
-        ) + (
-            f"<br><small class='kf-waiting'>{html.escape(self.waiting)}</small>"
-            if self.waiting and self.status in ("Created", "Suspended")
-            else ""
+            f"<span class='kf-status'{self._waiting_title()} style='background:{colour};"
+            f"color:white;padding:1px 6px;border-radius:8px'>{html.escape(self.status)}</span> · "
+            f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span></span>"
+            f"{self._waiting_html()}</div>"
+        )
+
+    def _waiting_title(self) -> str:
+        """The waiting reason as the status badge's tooltip too (a narrow header cuts the
+        reason itself short)."""
+        if not (self.waiting and self.status in ("Created", "Suspended")):
+            return ""
+        return f" title='{html.escape(self.waiting)}'"
+
+    def _waiting_html(self) -> str:
+        """Why a Created or Suspended job does not run, on the header's own row: it gives way
+        first (cut with an ellipsis, never below 5em), whole in its tooltip and as its text
+        for assistive technology."""
+        if not (self.waiting and self.status in ("Created", "Suspended")):
+            return ""
+        text = html.escape(self.waiting)
+        return (
+            f"<small class='kf-waiting' title='{text}' style='overflow:hidden;"
+            f"text-overflow:ellipsis;min-width:5em;flex:0 4 auto'>· {text}</small>"
         )
 
     def _footer_html(self) -> str:
@@ -370,8 +401,44 @@ class JobMonitor:
                 next_stats = now + self.stats_interval
                 self.flush_stats()
             if done:
+                if self.display_id is not None and not self._stop.is_set():
+                    self.settle_display()
                 return
             self._reader_done.wait(self.log_interval)
+
+    def _ended_job(self, tries: int = 15, pause: float = 2.0) -> TrainJob | None:
+        """The job once the backend records it ended (its log stream may end a moment
+        before); None if it does not within `tries`, or it is gone."""
+        for i in range(tries):
+            if self._stop.is_set():
+                return None
+            try:
+                job = self.client.get_job(self.name)
+            except Exception:
+                return None
+            if job.status in TERMINAL:
+                return job
+            if i + 1 < tries:
+                self._stop.wait(pause)
+        return None
+
+    def settle_display(self) -> None:
+        """For a monitor no cell waits for: once the job ended, show its final state, replace
+        the output (`display_id`) with the static view, and settle the widget into it too.
+        Runs on the flusher thread; `update_display` names the output by its id (see the
+        module's docstring), so it lands where the monitor is, whichever cell runs now."""
+        job = self._ended_job()
+        if job is None or self._stop.is_set():
+            return
+        try:
+            from IPython.display import update_display
+
+            self.finish(job)
+            bundle = self.final_bundle(job)
+            update_display(bundle, raw=True, display_id=self.display_id)
+            self.settle(bundle)
+        except Exception as exc:  # never raise on a daemon thread; keep it for inspection
+            self.error = exc
 
     def _poll(self) -> None:
         try:
@@ -446,6 +513,7 @@ class JobMonitor:
         if header != self.header.value:
             self.header.value = header
             self._sync_suspend_button()
+        self._sync_phase()
         # the label follows the status too: no ETA once the job is suspended or has ended
         label = (
             progress_label(round(progress * 100), eta, self.status) if progress is not None else ""
@@ -458,11 +526,38 @@ class JobMonitor:
         if chart is not None:
             self.chart.value = chart
 
+    def _phase_text(self) -> str:
+        """The job's startup phase (from its record: kf_jupyter/phases.py) while it has not
+        printed yet; "" once a line (or a report) arrived, and always once it is not Created
+        or Running."""
+        job = self.job
+        phase = getattr(job, "phase", "") if job is not None else ""
+        if not phase or self.status not in phases.ACTIVE or job.status not in phases.ACTIVE:
+            return ""
+        with self._lock:
+            quiet = not self.state.buffer and self.state.progress is None
+        return f"{phase}. No output yet." if quiet else ""
+
+    def _sync_phase(self) -> None:
+        """Show (or hide) the phase line above the log; one message, only when it changed."""
+        text = self._phase_text()
+        value = (
+            f"<div class='kf-phase' role='status' style='font-size:12px;font-style:italic'>"
+            f"{html.escape(text)}</div>"
+            if text
+            else ""
+        )
+        if value != self.phase_line.value:
+            with self.phase_line.hold_sync():
+                self.phase_line.value = value
+                self.phase_line.layout.display = "" if value else "none"
+
     def _set_status(self, status: str) -> None:
         self.status = status
         if self.ended is None and status != "Detached":
             self.ended = time.time()
         self.header.value = self._header_html()
+        self._sync_phase()
 
     def stop(self, detached: bool = False) -> None:
         """Stop following (the job is not touched); `detached` marks the header so."""
@@ -473,6 +568,7 @@ class JobMonitor:
                 t.join(timeout=2)
         if detached:
             self.status = "Detached"
+            self._sync_phase()
             self.header.value = self._header_html() + (
                 f" · reattach with <code>%kf_logs {html.escape(self.name)} -f</code>"
             )
