@@ -35,7 +35,7 @@ from ...failure import failure_from_pods, failure_text
 from ...progress import parse_time, parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
-from ...types import COMPLETE, CREATED, FAILED, STATUSES, TERMINAL, TrainJob
+from ...types import COMPLETE, CREATED, FAILED, RUNNING, STATUSES, TERMINAL, TrainJob
 from ..base import StatusCallback, resolve_runtime_arg
 from . import workspace
 from .api import REQUEST_TIMEOUT
@@ -43,6 +43,7 @@ from .errors import Where
 from .pods import POD_SELECTOR, newest_pods, pod_selector, pod_step
 from .runtimes import RuntimesMixin
 from .status import DEADLINE_EXCEEDED, conditions, job_status, reconcile_failure
+from .waiting import pods_phase
 from .watch import SYNC
 
 log = logging.getLogger("kf_jupyter.kubernetes")
@@ -182,6 +183,11 @@ class JobsMixin(RuntimesMixin):
             labels=dict(meta.get("labels") or {}),
             trainer_status=parse_trainer_status((obj.get("status") or {}).get("trainerStatus")),
             failure=failure,
+            phase=pods_phase(chosen)
+            if status in (CREATED, RUNNING)
+            and chosen is not None
+            and spec.get("managedBy") != MULTIKUEUE_MANAGER
+            else "",
         )
 
     def _check_namespace(self) -> None:

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ... import phases
 from ...build import LaunchPlan, build_launch_plan, build_trainjob
 from ...config import RuntimeConfig, SecretRef, mask_object
 from ...errors import (
@@ -684,6 +685,8 @@ class LocalBackend:
                 "world_size": plan.shape.world_size,
                 "gpus_per_node": plan.shape.gpus_per_node,
                 "trainer": type(trainer).__name__,
+                # the ranks run kf-jupyter's runner, which records their startup phases
+                "runner": any("kf_entry.py" in " ".join(p.argv) for p in plan.processes),
                 "python": python,
                 "cwd": cwd,
                 "processes": {},
@@ -810,6 +813,27 @@ class LocalBackend:
             }
             if st.get("status") != SUSPENDED  # a suspended job gave its devices back
             else {},
+            phase=self._phase(st),
+        )
+
+    def _phase(self, st: dict[str, Any]) -> str:
+        """What a Created or Running job is doing before its first line, from its events
+        (kf_jupyter/phases.py); "" for any other state."""
+        if st.get("status") not in phases.ACTIVE:
+            return ""
+        events = []
+        with contextlib.suppress(OSError):
+            with open(self.job_dir(st["name"]) / "events.jsonl", encoding="utf-8") as fh:
+                for line in fh:
+                    with contextlib.suppress(ValueError):
+                        e = json.loads(line)
+                        if isinstance(e, dict):
+                            events.append(e)
+        return phases.local_phase(
+            events,
+            int(st.get("world_size") or 1),
+            runner=bool(st.get("runner", True)),
+            processes=len(st.get("processes") or {}) or int(st.get("num_nodes") or 1),
         )
 
     def _trainer_status(self, name: str) -> TrainerStatus | None:
