@@ -75,6 +75,16 @@ def _bad(pod: Mapping[str, Any], test: Any) -> list[str]:
     ]
 
 
+def _added(pod: Mapping[str, Any], allowed: Any) -> list[str]:
+    """The capabilities the pod's containers add beyond `allowed`, sorted."""
+    added = {
+        str(a)
+        for c in _containers(pod)
+        for a in ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
+    }
+    return sorted(added - set(allowed))
+
+
 def _pod_level(pod: Mapping[str, Any], key: str, ok: Any) -> tuple[list[str], list[str]]:
     """(who set a bad value, containers left unset with no good pod value)."""
     value = (pod.get("securityContext") or {}).get(key)
@@ -100,7 +110,15 @@ def violations(pod: Mapping[str, Any], level: str) -> list[str]:
         if any(p.get("hostPort") for p in c.get("ports") or [])
     ]
     if ports:
-        out.append(f"hostPort ({_who(ports)} {'uses' if len(ports) == 1 else 'use'} hostPort)")
+        numbers = sorted(
+            {str(p["hostPort"]) for c in _containers(pod) for p in c.get("ports") or []
+             if p.get("hostPort")}
+        )  # fmt: skip
+        noun = "hostPort" if len(numbers) == 1 else "hostPorts"
+        out.append(
+            f"hostPort ({_who(ports)} {'uses' if len(ports) == 1 else 'use'} {noun} "
+            f"{', '.join(numbers)})"
+        )
     priv = _bad(pod, lambda sc: sc.get("privileged") is True)
     if priv:
         out.append(f"privileged ({_who(priv)} must not set securityContext.privileged=true)")
@@ -114,7 +132,11 @@ def violations(pod: Mapping[str, Any], level: str) -> list[str]:
         caps = _bad(pod, lambda sc: set((sc.get("capabilities") or {}).get("add") or [])
                     - _BASELINE_CAPS)  # fmt: skip
         if caps:
-            out.append(f"non-default capabilities ({_who(caps)} must not add them)")
+            extra = _added(pod, _BASELINE_CAPS)
+            out.append(
+                f"non-default capabilities ({_who(caps)} must not include {_names(extra)} in "
+                "securityContext.capabilities.add)"
+            )
         host_path = [str(v.get("name", "")) for v in pod.get("volumes") or [] if "hostPath" in v]
         if host_path:
             noun = "volume" if len(host_path) == 1 else "volumes"
@@ -133,7 +155,10 @@ def violations(pod: Mapping[str, Any], level: str) -> list[str]:
     if no_drop:
         details.append(f'{_who(no_drop)} must set securityContext.capabilities.drop=["ALL"]')
     if adds:
-        details.append(f"{_who(adds)} must not add capabilities other than NET_BIND_SERVICE")
+        details.append(
+            f"{_who(adds)} must not include {_names(_added(pod, {'NET_BIND_SERVICE'}))} in "
+            "securityContext.capabilities.add"
+        )
     if details:
         out.append(f"unrestricted capabilities ({'; '.join(details)})")
     volumes = [
@@ -162,9 +187,17 @@ def violations(pod: Mapping[str, Any], level: str) -> list[str]:
         pod, "seccompProfile", lambda v: v.get("type") in ("RuntimeDefault", "Localhost")
     )
     if setters:
+        bad = sorted(
+            {
+                str(p.get("type"))
+                for p in [(pod.get("securityContext") or {}).get("seccompProfile")]
+                + [(c.get("securityContext") or {}).get("seccompProfile") for c in _containers(pod)]
+                if p is not None and p.get("type") not in ("RuntimeDefault", "Localhost")
+            }
+        )
         out.append(
-            f"seccompProfile ({' and '.join(setters)} must set securityContext.seccompProfile."
-            'type to "RuntimeDefault" or "Localhost")'
+            f"seccompProfile ({' and '.join(setters)} must not set "
+            f"securityContext.seccompProfile.type to {_names(bad)})"
         )
     elif unset:
         out.append(

@@ -169,3 +169,29 @@ def test_the_option_refuses_what_it_cannot_mean() -> None:
         PodSecurity("baseline")
     with pytest.raises(OptionError, match="non-root user id"):
         PodSecurity(run_as_user=0)
+
+
+ODD_PODS = [
+    {"hostNetwork": True, "hostIPC": True, "containers": [
+        {"name": "a", "ports": [{"containerPort": 80, "hostPort": 80}, {"hostPort": 8080}]},
+        {"name": "b", "ports": [{"hostPort": 9}]}]},
+    {"securityContext": {"seccompProfile": {"type": "Unconfined"}, "runAsUser": 0},
+     "initContainers": [{"name": "i", "securityContext": {"runAsNonRoot": True}}],
+     "containers": [{"name": "a", "securityContext": {
+         "capabilities": {"add": ["SYS_ADMIN", "NET_RAW", "CHOWN"], "drop": ["ALL"]},
+         "seccompProfile": {"type": "Bogus"}, "allowPrivilegeEscalation": False}}],
+     "volumes": [{"name": "h", "hostPath": {"path": "/"}}, {"name": "n", "nfs": {}},
+                 {"name": "e", "emptyDir": {}}]},
+    {"securityContext": {"runAsNonRoot": False}, "containers": [
+        {"name": "a", "securityContext": {"privileged": True, "runAsNonRoot": True}},
+        {"name": "b", "securityContext": {"runAsNonRoot": False, "runAsUser": 0}}]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("pod", ODD_PODS, ids=["host", "mixed", "explicit"])
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_the_tool_and_the_harness_find_the_same_violations(pod: dict, level: str) -> None:
+    """Two implementations written apart (the tool's, and the harness's stand-in for the API
+    server): the tool refuses before submitting exactly what the API server would."""
+    found = tool.violations(pod, level)
+    assert found and found == [f"{r} ({d})" for r, d in harness.violations(pod, level)]
