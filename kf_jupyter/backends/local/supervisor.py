@@ -453,8 +453,14 @@ def failure_of(job_dir: str) -> dict[str, Any] | None:
 
 
 _TORCH_ROOT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
-_MPI_ROOT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(-?\d+)")
-_MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+# mpirun's report of the first failed rank: Open MPI 4 names it `[[JOBID,1],RANK]`, Open MPI 5
+# (PRRTE: the deepspeed image's) `[prterun-HOST-PID@1,RANK]`, and wraps its signal line anywhere.
+_MPI_ROOT = re.compile(
+    r"Process name:\s*\[(?:\[\d+,\d+\]|[^\]\s]+@\d+),(\d+)\]\s*\n\s*Exit code:\s*(-?\d+)"
+)
+_MPI_SIGNAL = re.compile(
+    r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+\S+\s+exited\s+on\s+signal\s+(\d+)"
+)
 _EXEC = re.compile(r"^exec\s+([\w.+/-]+)", re.MULTILINE)
 _RELAY = re.compile(r"--mpi-relay\s+(\S+)")
 
