@@ -279,6 +279,125 @@ def _kfj_fan_out(argv, workers):
     return 128 - code if code < 0 else code
 
 
+# -- startup phases (local jobs): what a rank does before its first line ----------------------
+# Each step is one line appended to the job's events.jsonl (the folder above
+# KF_JUPYTER_RANK_LOG_DIR; no such folder on a cluster, where nothing is written): the rank
+# started, began and finished importing its framework (an import hook sees the import the
+# user's code makes; a warm rank has it already), and entered and left the rendezvous (the
+# framework's own init function, wrapped: it runs unchanged). The backend turns them into the
+# monitor's phase line (kf_jupyter/phases.py).
+
+#: Top-level modules whose import is a startup phase, and the module whose init is a rendezvous.
+_KFJ_FRAMEWORKS = ("torch", "jax", "xgboost", "tensorflow", "mpi4py")
+
+
+def _kfj_phase(reason, message):
+    """Append one phase event for this rank (never fails the job; nothing off a local job)."""
+    logs = os.environ.get("KF_JUPYTER_RANK_LOG_DIR")
+    if not logs:
+        return
+    import time
+
+    rank = _kfj_rank()
+    line = json.dumps(
+        {
+            "time": time.time(),
+            "type": "Normal",
+            "reason": reason,
+            "message": f"rank {rank}: {message}",
+            "object": f"rank-{rank}",
+        }
+    )
+    try:
+        # no O_CREAT: a job folder removed under the rank stays removed
+        fd = os.open(os.path.join(os.path.dirname(logs), "events.jsonl"), os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, (line + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _kfj_wrap_rendezvous(module, attr, what):
+    """Wrap `module.attr` (an init function that waits for every rank) with phase events."""
+    real = getattr(module, attr, None)
+    if not callable(real) or getattr(real, "_kfj_phases", False):
+        return
+    import functools
+
+    @functools.wraps(real)
+    def init(*args, **kwargs):
+        _kfj_phase("Rendezvous", f"waiting for the other ranks ({what})")
+        out = real(*args, **kwargs)
+        _kfj_phase("RendezvousDone", f"joined the other ranks ({what})")
+        return out
+
+    init._kfj_phases = True
+    setattr(module, attr, init)
+
+
+def _kfj_watch_rendezvous(name):
+    """After `name` is imported: wrap its rendezvous function, if it has one."""
+    if name == "torch.distributed":
+        _kfj_wrap_rendezvous(
+            sys.modules[name], "init_process_group", "torch.distributed.init_process_group"
+        )
+
+
+class _KfjImportWatch:
+    """A meta-path finder that only watches: the first import of a framework (and of
+    torch.distributed) is reported and timed; the spec and the module are the usual ones."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.seen or (name not in _KFJ_FRAMEWORKS and name != "torch.distributed"):
+            return None
+        self.seen.add(name)
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        real = getattr(loader, "exec_module", None)
+        if real is None:
+            return spec
+
+        def exec_module(module):
+            import time
+
+            del loader.exec_module  # the loader's own method again
+            top = name in _KFJ_FRAMEWORKS
+            start = time.monotonic()
+            if top:
+                _kfj_phase("ImportingFramework", f"importing {name}")
+            real(module)
+            if top:
+                took = time.monotonic() - start
+                _kfj_phase("ImportedFramework", f"imported {name} in {took:.1f} s")
+            _kfj_watch_rendezvous(name)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _kfj_watch_startup():
+    """Report this rank's start and watch its framework import and rendezvous (local jobs)."""
+    if not os.environ.get("KF_JUPYTER_RANK_LOG_DIR"):
+        return
+    _kfj_phase("RankStarted", f"started (pid {os.getpid()})")
+    if "torch.distributed" in sys.modules:  # a warm rank: imported before the fork
+        _kfj_watch_rendezvous("torch.distributed")
+    watch = _KfjImportWatch()
+    watch.seen.update(n for n in (*_KFJ_FRAMEWORKS, "torch.distributed") if n in sys.modules)
+    sys.meta_path.insert(0, watch)
+
+
 def _kfj_install_report_shim():
     import importlib.util
 
@@ -414,11 +533,13 @@ def _kfj_jax_setup():
     import jax
 
     if "JAX_COORDINATOR_ADDRESS" in os.environ:
+        _kfj_phase("Rendezvous", "waiting for the other ranks (jax.distributed.initialize)")
         jax.distributed.initialize(
             coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
             num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
             process_id=int(os.environ["JAX_PROCESS_ID"]),
         )
+        _kfj_phase("RendezvousDone", "joined the other ranks (jax.distributed.initialize)")
 
         def _already(*args, **kwargs):
             return None
@@ -450,6 +571,7 @@ def _kfj_jax_own_setup():
 
     initialize.__doc__ = real.__doc__
     jax.distributed.initialize = initialize
+    _kfj_wrap_rendezvous(jax.distributed, "initialize", "jax.distributed.initialize")
 
 
 class SetupCollisionError(RuntimeError):
@@ -482,9 +604,11 @@ def _kfj_call_xgboost(func, kwargs, rank):
     try:
         # More retries than XGBoost's default: on a loaded machine rank 0 may open its tracker
         # seconds after the other ranks first dial it (each retry backs off).
+        _kfj_phase("Rendezvous", "waiting for the other ranks (XGBoost tracker)")
         with collective.CommunicatorContext(
             dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank), dmlc_retry=10
         ):
+            _kfj_phase("RendezvousDone", "joined the other ranks (XGBoost tracker)")
             result = func(**kwargs)
     except Exception as exc:
         if tracker is not None:
@@ -591,6 +715,7 @@ def _kfj_main(argv):
     sys.argv = _kfj_program_argv(argv)
     rank = _kfj_rank()
     _kfj_redirect_logs(rank)
+    _kfj_watch_startup()
     _kfj_enter_workspace()
     _kfj_install_report_shim()
     with open(func_file, encoding="utf-8", newline="") as fh:

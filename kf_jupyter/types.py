@@ -107,6 +107,9 @@ class TrainJob:
     warm: bool | None = None
     #: Local jobs: the GPUs each node (process) holds, {node: [{index, uuid, name, memory_mib}]}.
     gpus: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: What a Created or Running job is doing before its first line (starting ranks, importing
+    #: the framework, waiting at rendezvous; pods' states on Kubernetes): kf_jupyter/phases.py.
+    phase: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (ISO 8601 times), as the server extension sends it."""
@@ -132,6 +135,7 @@ class TrainJob:
             "failure": self.failure.to_dict() if self.failure else None,
             "warm": self.warm,
             "gpus": {k: [dict(d) for d in v] for k, v in self.gpus.items()},
+            "phase": self.phase,
         }
 
 

@@ -1196,7 +1196,7 @@ class KubeflowMagics(Magics):
             if args.start not in warm_pool.PRELOAD:
                 raise _fail(f"--start takes one of {', '.join(warm_pool.PRELOAD)}")
             self._guard(lambda: backend.prestart_pool(args.start))
-        from .render import pool_rows
+        from .render import POOL_HEADERS, pool_rows
 
         pools = warm_pool.list_pools(backend.state_dir)
         state = "on" if self.warm else "off (%config KubeflowMagics.warm = True turns it on)"
@@ -1209,7 +1209,7 @@ class KubeflowMagics(Magics):
             f"(now {held:.0f} MiB)."
         )
         self._table(
-            ("framework", "pid", "state", "launches", "RSS", "USS", "fds", "python"),
+            POOL_HEADERS,
             pool_rows(pools),
             "No pool process runs (the next torch/JAX/XGBoost job starts one).",
         )

@@ -144,16 +144,35 @@ def _mib(value: Any) -> str:
     return "-" if value is None else f"{int(value) / 2**20:.0f} MiB"
 
 
+POOL_HEADERS = ("framework", "pid", "state", "launches", "forked ahead", "RSS", "held", "fds",
+                "python")  # fmt: skip
+
+
+def _ahead(p: dict[str, Any]) -> str:
+    n = int(p.get("spare_processes") or 0)
+    if not p.get("alive"):
+        return "-"
+    if not n:
+        return "0"
+    return f"{n} ({_mib(p.get('spare_pss_bytes'))})"
+
+
 def pool_rows(pools: Sequence[dict[str, Any]]) -> list[list[str]]:
-    """Rows of the warm-pool table (framework, pid, state, launches, RSS, USS, fds, python)."""
+    """Rows of the warm-pool table (POOL_HEADERS): `forked ahead` is how many processes the
+    pool keeps forked ahead of a job (nodes and their ranks) and their memory (PSS); `held`
+    is what counts against `warm_max_memory_mib` (`warm.pool.pool_bytes`: the pool process
+    and those processes together, PSS; the pool's USS where PSS cannot be read)."""
+    from ..backends.local.warm.pool import pool_bytes
+
     return [
         [
             str(p.get("framework", "?")),
             str(p.get("pid") or "-"),
             str(p.get("state", "?")) if p.get("alive") else "gone",
             str(p.get("launches", 0)),
+            _ahead(p),
             _mib(p.get("rss_bytes")),
-            _mib(p.get("uss_bytes")),
+            _mib(pool_bytes(p)) if p.get("alive") else "-",
             "-" if p.get("fds") is None else str(p["fds"]),
             str(p.get("python", "")),
         ]

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import phases
 from ..progress import progress_label
 from ..types import COMPLETE, FAILED, RUNNING, TERMINAL, LogRecord, TrainJob
 from .state import LogState
@@ -181,6 +182,7 @@ class JobMonitor:
         self.chart = w.HTML("")
         self.gpus = w.HTML("", layout=w.Layout(display="none"))
         self.failure = w.HTML("", layout=w.Layout(display="none"))
+        self.phase_line = w.HTML("", layout=w.Layout(display="none"))
         self.log = w.HTML(self.state.render_log_html())
         self.footer = w.HTML(self._footer_html())
         self.widget = w.VBox(
@@ -194,6 +196,7 @@ class JobMonitor:
                 self.chart,
                 self.gpus,
                 self.failure,
+                self.phase_line,
                 self.log,
                 self.footer,
             ]
@@ -244,13 +247,29 @@ class JobMonitor:
             f"<span class='kf-head-where' title='{where}' style='overflow:hidden;"
             f"text-overflow:ellipsis;min-width:3em'><b>{html.escape(self.name)}</b> · "
             f"{html.escape(self.backend)}{rt}</span><span style='flex:none'> · "
-            f"<span class='kf-status' style='background:{colour};color:white;padding:1px 6px;"
-            f"border-radius:8px'>{html.escape(self.status)}</span> · "
-            f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span></span></div>"
-        ) + (
-            f"<br><small class='kf-waiting'>{html.escape(self.waiting)}</small>"
-            if self.waiting and self.status in ("Created", "Suspended")
-            else ""
+            f"<span class='kf-status'{self._waiting_title()} style='background:{colour};"
+            f"color:white;padding:1px 6px;border-radius:8px'>{html.escape(self.status)}</span> · "
+            f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span></span>"
+            f"{self._waiting_html()}</div>"
+        )
+
+    def _waiting_title(self) -> str:
+        """The waiting reason as the status badge's tooltip too (a narrow header cuts the
+        reason itself short)."""
+        if not (self.waiting and self.status in ("Created", "Suspended")):
+            return ""
+        return f" title='{html.escape(self.waiting)}'"
+
+    def _waiting_html(self) -> str:
+        """Why a Created or Suspended job does not run, on the header's own row: it gives way
+        first (cut with an ellipsis, never below 5em), whole in its tooltip and as its text
+        for assistive technology."""
+        if not (self.waiting and self.status in ("Created", "Suspended")):
+            return ""
+        text = html.escape(self.waiting)
+        return (
+            f"<small class='kf-waiting' title='{text}' style='overflow:hidden;"
+            f"text-overflow:ellipsis;min-width:5em;flex:0 4 auto'>· {text}</small>"
         )
 
     def _footer_html(self) -> str:
@@ -446,6 +465,7 @@ class JobMonitor:
         if header != self.header.value:
             self.header.value = header
             self._sync_suspend_button()
+        self._sync_phase()
         # the label follows the status too: no ETA once the job is suspended or has ended
         label = (
             progress_label(round(progress * 100), eta, self.status) if progress is not None else ""
@@ -458,11 +478,38 @@ class JobMonitor:
         if chart is not None:
             self.chart.value = chart
 
+    def _phase_text(self) -> str:
+        """The job's startup phase (from its record: kf_jupyter/phases.py) while it has not
+        printed yet; "" once a line (or a report) arrived, and always once it is not Created
+        or Running."""
+        job = self.job
+        phase = getattr(job, "phase", "") if job is not None else ""
+        if not phase or self.status not in phases.ACTIVE or job.status not in phases.ACTIVE:
+            return ""
+        with self._lock:
+            quiet = not self.state.buffer and self.state.progress is None
+        return f"{phase}. No output yet." if quiet else ""
+
+    def _sync_phase(self) -> None:
+        """Show (or hide) the phase line above the log; one message, only when it changed."""
+        text = self._phase_text()
+        value = (
+            f"<div class='kf-phase' role='status' style='font-size:12px;font-style:italic'>"
+            f"{html.escape(text)}</div>"
+            if text
+            else ""
+        )
+        if value != self.phase_line.value:
+            with self.phase_line.hold_sync():
+                self.phase_line.value = value
+                self.phase_line.layout.display = "" if value else "none"
+
     def _set_status(self, status: str) -> None:
         self.status = status
         if self.ended is None and status != "Detached":
             self.ended = time.time()
         self.header.value = self._header_html()
+        self._sync_phase()
 
     def stop(self, detached: bool = False) -> None:
         """Stop following (the job is not touched); `detached` marks the header so."""
@@ -473,6 +520,7 @@ class JobMonitor:
                 t.join(timeout=2)
         if detached:
             self.status = "Detached"
+            self._sync_phase()
             self.header.value = self._header_html() + (
                 f" · reattach with <code>%kf_logs {html.escape(self.name)} -f</code>"
             )

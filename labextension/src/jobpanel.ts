@@ -20,7 +20,8 @@ import {
   IJob,
   IJobEvent,
   isFinished,
-  statusKey
+  statusKey,
+  startupText
 } from './jobs';
 import { LiveLines } from './livelines';
 import { ILogRecord, PROTOCOL_PREFIX, ReadableLog, sortSources } from './logparse';
@@ -189,12 +190,15 @@ export class JobPanel extends Widget {
       }
     });
     this._dropped = h('div', { className: 'kf-note', hidden: true });
+    // what the job does before its first line (startupText), as in the live monitor
+    this._startup = h('div', { className: 'kf-live-startup kf-panel-startup', role: 'status', hidden: true });
     const logs = h(
       'section',
       { className: 'kf-section kf-logs', 'aria-label': 'Logs' },
       h('h3', { className: 'kf-section-title' }, 'Logs'),
       toolbar,
       this._dropped,
+      this._startup,
       this._log
     );
 
@@ -275,7 +279,18 @@ export class JobPanel extends Widget {
     this._jobSub?.refresh();
   }
 
+  /** The startup phase until the first line arrives; hidden after it and once the job ended. */
+  private _renderStartup(): void {
+    const text = this._sources.size === 0 ? startupText(this._job, this._lastEvents) : null;
+    this._startup.hidden = text === null;
+    if (text !== null && this._startup.textContent !== text) {
+      this._startup.textContent = text;
+    }
+  }
+
   private _renderJob(job: IJob): void {
+    this._job = job;
+    this._renderStartup();
     this._status = job.status;
     this._suspend.textContent = job.status === 'Suspended' ? 'Resume' : 'Suspend';
     this._suspend.title =
@@ -326,6 +341,8 @@ export class JobPanel extends Widget {
   }
 
   private _renderEvents(events: IJobEvent[]): void {
+    this._lastEvents = events;
+    this._renderStartup();
     this._events.textContent = '';
     if (!events.length) {
       this._events.append(h('tr', {}, h('td', { colspan: '4', className: 'kf-empty' }, 'No events.')));
@@ -427,6 +444,7 @@ export class JobPanel extends Widget {
     if (this._newSource) {
       this._newSource = false;
       this._renderSources();
+      this._renderStartup();
     }
     if (this._metricsChanged) {
       this._metricsChanged = false;
@@ -510,6 +528,9 @@ export class JobPanel extends Widget {
   private _newSource = false;
   private _flushHandle = 0;
   private _sources = new Set<string>();
+  private _startup!: HTMLDivElement;
+  private _job: IJob | null = null;
+  private _lastEvents: IJobEvent[] = [];
   private _readable = new ReadableLog();
   private _metrics = new MetricSeries();
   private _feed = new TrainerStatusFeed(this._metrics);

@@ -30,6 +30,8 @@ export interface IJob {
   /** The training's own progress report (status.trainerStatus), if any. */
   trainer_status?: ITrainerStatus | null;
   failure?: IFailure | null;
+  /** What a Created or Running job does before its first line, from its events (TrainJob.phase). */
+  phase?: string | null;
 }
 
 /** The root cause of a failed job, as the server sends it (`TrainJob.failure`). */
@@ -84,6 +86,26 @@ export interface IJobEvent {
   type?: string | null;
   reason?: string | null;
   message?: string | null;
+}
+
+/**
+ * What a job does before its first line, for the monitor and the job panel; null when there is
+ * nothing to show (no job, or it is not Created or Running). The backend's phase (from the
+ * ranks' own events: starting, importing the framework, waiting at rendezvous) when it gives
+ * one; otherwise only what its record and latest event say, never a guess.
+ */
+export function startupText(job: IJob | null | undefined, events: IJobEvent[]): string | null {
+  if (!job || (job.status !== 'Created' && job.status !== 'Running')) {
+    return null;
+  }
+  const phase = (job.phase ?? '').trim();
+  if (phase) {
+    return `${phase}. No output yet.`;
+  }
+  const last = events.filter(e => e.reason && e.reason !== 'Exited').slice(-1)[0];
+  const state = job.status === 'Created' ? 'Waiting to start' : 'Running';
+  const what = last ? ` · ${last.reason}: ${last.message ?? ''}` : '';
+  return `${state}${what}. No output yet.`;
 }
 
 /** Whether a job has finished (no more logs or status changes expected). */

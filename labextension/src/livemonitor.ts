@@ -21,7 +21,7 @@ import * as api from './api';
 import { MetricsChart } from './chart';
 import { h } from './dom';
 import { FollowTracker } from './follow';
-import { formatDuration, IJob, IJobEvent, isFinished } from './jobs';
+import { formatDuration, IJob, IJobEvent, startupText } from './jobs';
 import { ISubscription, IJobSubscription } from './stream';
 import {
   canCancel,
@@ -258,28 +258,16 @@ export class LiveMonitor extends Widget implements IRenderMime.IRenderer {
   }
 
   /**
-   * Until the first line arrives: what the job is doing (its latest event: processes started,
-   * a warm or cold start and why, waiting in a queue), and that a cold start imports the
-   * framework and waits for every rank to meet before the program prints.
+   * Until the first line arrives: what the job is doing (the backend's phase from the ranks'
+   * own events: starting, warm or cold and why, importing the framework, waiting at rendezvous;
+   * see startupText). Hidden once a line arrived and whenever the job is not Created or Running.
    */
   private _renderStartup(): void {
-    const job = this._job;
-    const quiet = this._sources.size === 0;
-    const starting = !!job && quiet && !isFinished(job.status) && job.status !== 'Suspended';
-    this._startup.hidden = !starting;
-    if (!starting) {
-      return;
+    const text = this._sources.size === 0 ? startupText(this._job, this._events) : null;
+    this._startup.hidden = text === null;
+    if (text !== null && this._startup.textContent !== text) {
+      this._startup.textContent = text;
     }
-    const last = this._events.filter(e => e.reason && e.reason !== 'Exited').slice(-1)[0];
-    const cold = this._events.some(e => e.reason === 'ColdStart');
-    const warm = this._events.some(e => e.reason === 'WarmStart');
-    const phase =
-      job!.status === 'Created'
-        ? 'Waiting to start'
-        : 'Starting: the ranks import the framework and meet (rendezvous) before the program prints';
-    const start = cold ? ' · cold start' : warm ? ' · warm start' : '';
-    const what = last ? ` · ${last.reason}: ${last.message ?? ''}` : '';
-    this._startup.textContent = `${phase}${start}${what}. No output yet.`;
   }
 
   /** Cancel and Suspend/Resume only while they can act (hidden, not greyed, otherwise). */

@@ -468,7 +468,7 @@ def test_startup_is_not_silent_and_follow_means_at_the_end_after_a_reload(lab: d
                 startup = monitor.locator(".kf-live-startup")
                 expect(startup).to_be_visible(timeout=30_000)
                 expect(startup).to_contain_text("No output yet")
-                expect(startup).to_contain_text(re.compile(r"Starting|Waiting to start"))
+                expect(startup).to_contain_text(re.compile(r"Starting|Running the program"))
                 page.screenshot(path=str(ARTIFACTS / "monitor-startup.png"))
                 expect(monitor.locator(".kf-log-line", has_text="late tick")).not_to_have_count(
                     0, timeout=120_000

@@ -38,7 +38,7 @@ from ...failure import failure_from_pods, failure_text
 from ...progress import parse_time, parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
-from ...types import COMPLETE, CREATED, FAILED, STATUSES, TERMINAL, TrainJob
+from ...types import COMPLETE, CREATED, FAILED, RUNNING, STATUSES, TERMINAL, TrainJob
 from ..base import StatusCallback, resolve_runtime_arg
 from . import workspace
 from .api import REQUEST_TIMEOUT
@@ -52,6 +52,7 @@ from .status import (
     reconcile_failure,
     will_not_start,
 )
+from .waiting import pods_phase
 from .watch import SYNC
 
 log = logging.getLogger("kf_jupyter.kubernetes")
@@ -224,6 +225,11 @@ class JobsMixin(RuntimesMixin):
             labels=dict(meta.get("labels") or {}),
             trainer_status=parse_trainer_status((obj.get("status") or {}).get("trainerStatus")),
             failure=failure,
+            phase=pods_phase(chosen)
+            if status in (CREATED, RUNNING)
+            and chosen is not None
+            and spec.get("managedBy") != MULTIKUEUE_MANAGER
+            else "",
         )
 
     def _check_namespace(self) -> None:

@@ -75,3 +75,56 @@ def waiting_reason(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
     if busy and not trainer_up:
         return "Initializing", "Waiting for the runtime's initializers: " + ", ".join(busy) + "."
     return None
+
+
+def pod_state(pod: dict[str, Any]) -> str:
+    """One pod's state in the cluster's own words: its phase, or while it is Pending what it
+    waits on (unscheduled, an init container, its container's waiting reason such as
+    ContainerCreating or ImagePullBackOff)."""
+    phase = pod_phase(pod)
+    if phase != "Pending":
+        return phase
+    status = pod.get("status") or {}
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return "Unschedulable"
+    for cs in status.get("initContainerStatuses") or []:
+        state = cs.get("state") or {}
+        if "running" in state:
+            return f"init container {cs.get('name')} running"
+        waiting = (state.get("waiting") or {}).get("reason")
+        if waiting and waiting != "PodInitializing":
+            return f"init container {cs.get('name')}: {waiting}"
+    main = pod_container(pod)
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("name") == main:
+            reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+            if reason:
+                return str(reason)
+    return "Pending"
+
+
+def pods_phase(pods: list[dict[str, Any]]) -> str:
+    """The startup phase of a Created or Running job from its pods (the newest per step):
+    "Waiting for the Trainer to create the pods", "Pods: 1/2 running · 1 ContainerCreating",
+    "All 2 pods running" (kf_jupyter/phases.py has the local one)."""
+    if not pods:
+        return "Waiting for the Trainer to create the pods"
+    trainer = [p for p in pods if pod_source(p)[0] not in INITIALIZERS]
+    parts = [
+        f"{pod_source(p)[2]}: {pod_state(p)}"
+        for p in pods
+        if pod_source(p)[0] in INITIALIZERS and pod_phase(p) != "Succeeded"
+    ]
+    states = [pod_state(p) for p in trainer]
+    running = states.count("Running")
+    if trainer and running == len(trainer) and not parts:
+        return f"All {len(trainer)} pods running" if len(trainer) > 1 else "The pod is running"
+    counts: dict[str, int] = {}
+    for s in states:
+        if s != "Running":
+            counts[s] = counts.get(s, 0) + 1
+    if trainer:
+        rest = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        parts.append(f"Pods: {running}/{len(trainer)} running" + (f" · {rest}" if rest else ""))
+    return " · ".join(parts)

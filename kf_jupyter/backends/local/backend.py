@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ... import phases
 from ...build import LaunchPlan, build_launch_plan, build_trainjob
 from ...config import RuntimeConfig, SecretRef, mask_object
 from ...errors import (
@@ -113,6 +114,63 @@ def make_store_private(state_dir: Path) -> None:
                     os.chmod(path, stat.S_IMODE(mode) & ~0o077)
     with contextlib.suppress(OSError):
         os.close(sv.private_open(str(mark)))
+
+
+class _SupervisorExit:
+    """A sleep between two status reads that ends as soon as the job's supervisor exits.
+
+    The supervisor writes the job's end and exits at once, so waiting on its exit (a pidfd,
+    Linux 5.3+) has `wait_for_job_status` read the end within a millisecond or two instead of
+    up to a poll interval later (issue 21), and costs no CPU meanwhile. Without a pidfd, or
+    once the supervisor has exited, it is a plain sleep."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.fd: int | None = None
+        self.job_dir = job_dir
+        self.tried = False
+
+    def _open(self) -> None:
+        self.tried = True
+        opener = getattr(os, "pidfd_open", None)
+        if opener is None:
+            return
+        try:
+            st = sv.read_json(str(self.job_dir / "status.json"))
+            pid = int(st.get("supervisor_pid") or 0)
+            if not pid:
+                self.tried = False  # not recorded yet: try again at the next sleep
+                return
+            fd = opener(pid)
+        except (OSError, ValueError, TypeError):
+            return
+        # Opened after the pid was read: the same process only if its start time matches.
+        if sv.same_process(pid, st.get("supervisor_create_time")):
+            self.fd = fd
+        else:
+            os.close(fd)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep `seconds`, or less if the supervisor exits meanwhile."""
+        if not self.tried:
+            self._open()
+        if self.fd is None:
+            time.sleep(seconds)
+            return
+        import select
+
+        try:
+            ready, _, _ = select.select([self.fd], [], [], seconds)
+        except (OSError, ValueError):
+            ready = [self.fd]
+        if ready:
+            self.close()  # it has exited: from now on, plain sleeps
+
+    def close(self) -> None:
+        """Release the pidfd."""
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
 
 
 def _reap_in_background(proc: subprocess.Popen[bytes]) -> None:
@@ -627,6 +685,8 @@ class LocalBackend:
                 "world_size": plan.shape.world_size,
                 "gpus_per_node": plan.shape.gpus_per_node,
                 "trainer": type(trainer).__name__,
+                # the ranks run kf-jupyter's runner, which records their startup phases
+                "runner": any("kf_entry.py" in " ".join(p.argv) for p in plan.processes),
                 "python": python,
                 "cwd": cwd,
                 "processes": {},
@@ -753,6 +813,27 @@ class LocalBackend:
             }
             if st.get("status") != SUSPENDED  # a suspended job gave its devices back
             else {},
+            phase=self._phase(st),
+        )
+
+    def _phase(self, st: dict[str, Any]) -> str:
+        """What a Created or Running job is doing before its first line, from its events
+        (kf_jupyter/phases.py); "" for any other state."""
+        if st.get("status") not in phases.ACTIVE:
+            return ""
+        events = []
+        with contextlib.suppress(OSError):
+            with open(self.job_dir(st["name"]) / "events.jsonl", encoding="utf-8") as fh:
+                for line in fh:
+                    with contextlib.suppress(ValueError):
+                        e = json.loads(line)
+                        if isinstance(e, dict):
+                            events.append(e)
+        return phases.local_phase(
+            events,
+            int(st.get("world_size") or 1),
+            runner=bool(st.get("runner", True)),
+            processes=len(st.get("processes") or {}) or int(st.get("num_nodes") or 1),
         )
 
     def _trainer_status(self, name: str) -> TrainerStatus | None:
@@ -927,6 +1008,21 @@ class LocalBackend:
                 "Complete, Failed."
             )
         end = time.monotonic() + timeout
+        waker = _SupervisorExit(self.job_dir(name))
+        try:
+            return self._wait(name, wanted, end, timeout, callbacks, waker)
+        finally:
+            waker.close()
+
+    def _wait(
+        self,
+        name: str,
+        wanted: set[str],
+        end: float,
+        timeout: float,
+        callbacks: list[StatusCallback] | None,
+        waker: _SupervisorExit,
+    ) -> TrainJob:
         last_status = None
         while True:
             job = self.get_job(name)
@@ -945,7 +1041,7 @@ class LocalBackend:
                     f"Job {name!r} is still {job.status} after {timeout} s. Wait longer "
                     "(timeout=...), follow its logs, or delete it with client.delete_job(name)."
                 )
-            time.sleep(WAIT_POLL_SECONDS)
+            waker.sleep(WAIT_POLL_SECONDS)
 
     def _stop(self, name: str, jd: Path, record_on_full_disk_optional: bool = False) -> None:
         st = sv.read_json(str(jd / "status.json"))

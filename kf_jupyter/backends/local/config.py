@@ -30,8 +30,9 @@ class LocalBackendConfig:
         with False, or per job with the `Warm(False)` option.
     warm_idle_seconds: a pool process ends after this long without a launch.
     warm_max_pools: at most this many pool processes at once (the least recently used goes).
-    warm_max_memory_mib: the pool processes' memory together (each one's USS) stays under this;
-        starting another stops the least recently used ones first.
+    warm_max_memory_mib: the pools' memory together stays under this (each pool's process
+        and the processes it keeps forked ahead of a job: their PSS summed); starting another
+        stops the least recently used ones first.
     """
 
     state_dir: str | Path | None = None

@@ -9,6 +9,7 @@ import {
   groupRuntimes,
   IJob,
   isFinished,
+  startupText,
   queryString,
   sortJobs,
   statusKey
@@ -152,5 +153,34 @@ describe('failureText', () => {
     };
     expect(failureText(job)).toBe("Rank 1 failed: NameError: name 'x' is not defined\n  File \"<training cell>\", line 6");
     expect(failureText({ name: 'j', status: 'Complete' })).toBeUndefined();
+  });
+});
+
+describe('startupText', () => {
+  const job = (status: string, phase?: string): IJob => ({ name: 'j', status, phase });
+
+  it("shows the backend's phase until the first line, and says there is no output yet", () => {
+    expect(startupText(job('Running', 'Waiting for all 4 ranks at rendezvous (3/4 there)'), [])).toBe(
+      'Waiting for all 4 ranks at rendezvous (3/4 there). No output yet.'
+    );
+    expect(startupText(job('Created', 'Starting 2 ranks (warm)'), [])).toBe('Starting 2 ranks (warm). No output yet.');
+  });
+
+  it('never shows a phase for a job that ended or is suspended', () => {
+    for (const status of ['Complete', 'Failed', 'Suspended', 'Deleted']) {
+      expect(startupText(job(status, 'rank 1: importing torch…'), [])).toBeNull();
+    }
+    expect(startupText(null, [])).toBeNull();
+  });
+
+  it('without a phase says only what the record and the latest event say', () => {
+    const events = [
+      { reason: 'Created', message: 'job j created' },
+      { reason: 'Started', message: 'process node-0 pid 7' },
+      { reason: 'Exited', message: 'process node-0 exited with code 0' }
+    ];
+    expect(startupText(job('Running'), events)).toBe('Running · Started: process node-0 pid 7. No output yet.');
+    expect(startupText(job('Created'), [])).toBe('Waiting to start. No output yet.');
+    expect(startupText(job('Running', '  '), [])).toBe('Running. No output yet.');
   });
 });

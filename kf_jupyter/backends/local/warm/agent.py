@@ -14,13 +14,24 @@ argv. Then either
 
 `unsupported(header)` names what the warm path does not do (restarts, elastic sizes, another
 rendezvous backend, a command other than a script...): the shim then runs the real program.
+
+Forked ahead (issue 21): the pool keeps a node process forked before any job (`spare_main`),
+which has itself forked the ranks a node of the last job had (`rank_spare_main`). They have run
+nothing but the fork and wait on a socket for their launch: the node gets the shim's header and
+descriptors, each rank the environment, argv, working directory, limits and descriptors its node
+gives it, and both then do exactly what a process forked at that moment does. A spare serves one
+job and is replaced by a new fork once that job's nodes are done; an unused spare rank ends when
+its node starts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 
@@ -30,6 +41,12 @@ EXIT_KEY = "kf-jupyter/warm/exit"
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+MESSAGE_MAX = 16 * 1024 * 1024
+#: The runner every function job ships (kf_jupyter/entrypoint.py), compiled once in the pool.
+_RUNNER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))), "entrypoint.py")  # fmt: skip
+#: {source bytes: code compiled from them} made in the pool before it forks (see `_compiled`).
+_COMPILED: dict = {}
 
 
 class _Stop(Exception):
@@ -138,6 +155,49 @@ def _apply_limits(rlimits, affinity):
             os.sched_setaffinity(0, affinity)
 
 
+# ----------------------------------------------------------------------------- messages
+
+
+def send_msg(sock, obj, fds=()):
+    """A length-prefixed JSON message, with `fds` passed along (SCM_RIGHTS)."""
+    data = json.dumps(obj).encode("utf-8", "surrogatepass")
+    payload = struct.pack("!I", len(data)) + data
+    anc = []
+    if fds:
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+    sent = sock.sendmsg([payload], anc)
+    if sent < len(payload):
+        sock.sendall(payload[sent:])
+
+
+def recv_msg(sock, max_fds=3, max_bytes=MESSAGE_MAX):
+    """(message, fds) of `send_msg`; (None, []) when the other end closed without one."""
+    fds = []
+    msg, ancdata, _flags, _addr = sock.recvmsg(65536, socket.CMSG_LEN(max_fds * 4))
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            n = len(cdata) // 4
+            fds.extend(struct.unpack(f"{n}i", cdata[: n * 4]))
+    if not msg:
+        return None, fds
+    data = msg
+    while len(data) < 4:
+        chunk = sock.recv(4 - len(data))
+        if not chunk:
+            raise ValueError("short header")
+        data += chunk
+    (length,) = struct.unpack("!I", data[:4])
+    if length > max_bytes:
+        raise ValueError("header too large")
+    data = data[4:]
+    while len(data) < length:
+        chunk = sock.recv(min(65536, length - len(data)))
+        if not chunk:
+            raise ValueError("truncated header")
+        data += chunk
+    return json.loads(data[:length].decode("utf-8", "surrogatepass")), fds
+
+
 # ----------------------------------------------------------------------------- the child
 
 
@@ -150,10 +210,34 @@ def prepare_parent(preload, set_by_imports=None):
     SET_BY_IMPORTS.clear()
     SET_BY_IMPORTS.update(set_by_imports or {})
     import ctypes  # noqa: F401  (imported here, used after fork: no import in the child)
+    import tempfile  # noqa: F401
     import traceback  # noqa: F401
     import types  # noqa: F401
 
     _skip_import_finalizers(preload)
+    with contextlib.suppress(OSError, SyntaxError, ValueError):
+        with open(_RUNNER, "rb") as fh:
+            source = fh.read()
+        _COMPILED[source] = compile(source, _RUNNER, "exec", dont_inherit=True)
+
+
+def _with_filename(code, filename):
+    import types
+
+    consts = tuple(
+        _with_filename(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts
+    )
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def _compiled(source, script):
+    """`compile(source, script, "exec")` as `python3 SCRIPT` compiles it (no future flags of
+    this module); the runner's code comes from the pool's own compile of the same bytes, under
+    the script's name (compiling the 33 KB runner took 5-30 ms in every rank)."""
+    code = _COMPILED.get(source)
+    if code is not None:
+        return _with_filename(code, script)
+    return compile(source, script, "exec", dont_inherit=True)
 
 
 def _skip_import_finalizers(preload):
@@ -246,12 +330,14 @@ def _fresh_state():
             torch.set_num_threads(int(threads))
 
 
-def child_main(header, fds):
-    """The forked child: become the node, run it, return its exit code."""
-    _reset_signals()
-    os.setsid()
-    _pdeathsig()
-    _subreaper()
+def _new_session():
+    if os.getsid(0) != os.getpid():
+        os.setsid()
+
+
+def _take(header, fds):
+    """What a process started by the launcher has: its limits and affinity, stdin/stdout/stderr,
+    working directory, umask and environment."""
     _apply_limits(header.get("rlimits"), header.get("affinity"))
     for target, fd in zip((0, 1, 2), fds):
         if fd != target:
@@ -263,12 +349,111 @@ def child_main(header, fds):
     os.umask(int(header.get("umask", 0o022)))
     _set_environ(header["env"])
     _fresh_stdio()
+
+
+def child_main(header, fds, spare_ranks=()):
+    """The forked child: become the node, run it, return its exit code. `spare_ranks`: the
+    (pid, socket) of ranks this node forked ahead (`spare_main`)."""
+    _reset_signals()
+    _new_session()
+    _pdeathsig()
+    _subreaper()
+    _take(header, fds)
     argv = list(header["argv"])
     if header["mode"] == "python":
+        _drop_spares(spare_ranks)
         _wait_for_rank0_service(os.environ)
         # `python3 SCRIPT` (unbuffered through PYTHONUNBUFFERED, as the job's env has it): no -u
         return run_script(argv[1:], python=argv[0], unbuffered=False)
-    return run_torchrun(argv[1:])
+    return run_torchrun(argv[1:], header, list(spare_ranks))
+
+
+def _drop_spares(spares):
+    """Spare ranks a job does not use end now (their socket closes: they leave, running nothing)."""
+    for _pid, sock in spares:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+def _orphaned(parent):
+    """The process that forked this one is gone (it died before PDEATHSIG was set)."""
+    return os.getppid() != parent
+
+
+def spare_main(sock, ranks, parent):
+    """A node forked ahead of its job: fork `ranks` spare ranks, then wait on `sock` for one
+    launch (the shim's header and descriptors) and run it as `child_main` would. The other end
+    closing (the pool dropping it) ends it; so does the pool's death (PDEATHSIG)."""
+    _reset_signals()
+    _new_session()
+    _pdeathsig()
+    if _orphaned(parent):
+        return 0
+    _subreaper()
+    spares = []
+    for _ in range(max(0, int(ranks))):
+        spares.append(_fork_spare_rank(sock, spares))
+    try:
+        header, fds = recv_msg(sock)
+    except (OSError, ValueError):
+        header, fds = None, []
+    if header is None:
+        _drop_spares(spares)
+        return 0
+    sock.close()
+    return child_main(header, fds, spares)
+
+
+def _fork_spare_rank(node_sock, spares):
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ours.close()
+            node_sock.close()
+            for _pid, other in spares:
+                other.close()
+            code = rank_spare_main(theirs, parent)
+        except BaseException:
+            import traceback
+
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
+        os._exit(code if isinstance(code, int) else 1)
+    theirs.close()
+    return pid, ours
+
+
+def rank_spare_main(sock, parent):
+    """A rank forked ahead by a spare node: wait for its launch, then run it (`rank_main`)."""
+    _new_session()  # one session and process group per rank, as torchrun gives
+    _reset_signals()
+    _pdeathsig()
+    if _orphaned(parent):
+        return 0
+    try:
+        msg, fds = recv_msg(sock)
+    except (OSError, ValueError):
+        msg, fds = None, []
+    if msg is None:
+        return 0
+    sock.close()
+    return rank_main(msg, fds)
+
+
+def rank_main(msg, fds):
+    """A rank of a warm node: take the launch the node gives it and run the script (never
+    returns). The same steps whether it was forked ahead or at its node's start."""
+    _new_session()
+    _reset_signals()
+    _pdeathsig()
+    _take(msg, fds)
+    argv = list(msg["argv"])
+    return run_script(argv, python=sys.executable)
 
 
 def _listening(port):
@@ -348,7 +533,7 @@ def run_script(args, python=None, unbuffered=True):
     try:
         with open(script, "rb") as fh:
             source = fh.read()
-        exec(compile(source, script, "exec"), mod.__dict__)
+        exec(_compiled(source, script), mod.__dict__)
     except SystemExit as exc:
         if exc.code is None:
             code = 0
@@ -447,12 +632,16 @@ def _stop_workers(pids, sig, grace):
     pids.clear()
 
 
-def run_torchrun(args):
-    """torchrun's agent for one node of a static world, with forked (warm) workers."""
+def run_torchrun(args, header=None, spare_ranks=None):
+    """torchrun's agent for one node of a static world, with forked (warm) workers: the ranks
+    forked ahead first (`spare_ranks`), then forks of this process for the rest."""
     import tempfile
     from datetime import timedelta
 
     from torch.distributed import TCPStore
+
+    header = header or {}
+    spare_ranks = list(spare_ranks or [])
 
     _max_restarts, _monitor, script, script_args = parse_torchrun(args)
     env = os.environ
@@ -495,17 +684,36 @@ def run_torchrun(args):
                 run_id,
                 os.path.join(err_dir, "error.json"),
             )
-            pid = os.fork()
-            if pid == 0:
+            launch = {
+                "argv": [script, *script_args],
+                "env": wenv,
+                "cwd": os.getcwd(),
+                "umask": int(header.get("umask", 0o022)),
+                "rlimits": header.get("rlimits"),
+                "affinity": header.get("affinity"),
+            }
+            pid = None
+            while spare_ranks and pid is None:
+                spare_pid, sock = spare_ranks.pop(0)
                 try:
-                    os.setsid()  # one session and process group per rank, as torchrun gives
-                    _reset_signals()
-                    _pdeathsig()
-                    _set_environ(wenv)
-                    run_script([script, *script_args], python=sys.executable)
-                finally:
-                    os._exit(1)
+                    send_msg(sock, launch, [0, 1, 2])
+                    pid = spare_pid
+                except OSError:
+                    pass  # it is gone (killed): fork one instead
+                with contextlib.suppress(OSError):
+                    sock.close()
+            if pid is None:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        _drop_spares(spare_ranks)
+                        rank_main(launch, [0, 1, 2])
+                    finally:
+                        os._exit(1)
             pids[pid] = (local_rank, rank)
+        _drop_spares(spare_ranks)
         # The agent store after the fork: no rank is forked from a process with the store's threads.
         store = TCPStore(
             addr,

@@ -371,8 +371,11 @@ def has_room(state_dir: Path, framework: str, max_pools: int, max_memory_mib: fl
 
 
 def pool_bytes(info: Mapping[str, Any]) -> int:
-    """The memory a pool process holds alone (USS; RSS where USS cannot be read)."""
-    return int(info.get("uss_bytes") or info.get("rss_bytes") or 0)
+    """The memory a pool holds: its process and the processes it forked ahead together
+    (their PSS summed: what they share is counted once), else the pool process's USS, else
+    its RSS. Its USS alone falls to ~1 MiB once a spare shares its pages, so it is not used
+    when PSS can be read."""
+    return int(info.get("family_pss_bytes") or info.get("uss_bytes") or info.get("rss_bytes") or 0)
 
 
 def _make_room(d: Path, keep: int, max_bytes: float = float("inf")) -> None:
@@ -380,7 +383,7 @@ def _make_room(d: Path, keep: int, max_bytes: float = float("inf")) -> None:
     `max_bytes` together."""
     alive = [p for p in list_pools(d.parent) if p.get("alive")]
     # A pool serving a node is never stopped for room: that would kill a running job.
-    pools = [p for p in alive if not _busy(int(p["pid"]))]
+    pools = [p for p in alive if not _busy(int(p["pid"]), p.get("spares") or [])]
     pools.sort(key=lambda p: p.get("mtime", 0.0))
     busy_bytes = sum(pool_bytes(p) for p in alive if p not in pools)
     keep -= len(alive) - len(pools)
@@ -392,11 +395,12 @@ def _make_room(d: Path, keep: int, max_bytes: float = float("inf")) -> None:
         stop_pool(Path(victim["meta_path"]))
 
 
-def _busy(pid: int) -> bool:
+def _busy(pid: int, spares: list[int] | tuple[int, ...] = ()) -> bool:
+    """The pool process has a child that is not one of its spares: a node of a job."""
     try:
         import psutil
 
-        return bool(psutil.Process(pid).children())
+        return any(c.pid not in spares for c in psutil.Process(pid).children())
     except Exception:
         return False
 
@@ -499,6 +503,11 @@ def list_pools(state_dir: Path) -> list[dict[str, Any]]:
             "rss_bytes": None,
             "uss_bytes": None,
             "fds": None,
+            # Processes forked ahead of a job (issue 21): nodes and the ranks they forked.
+            "spares": [],
+            "spare_processes": 0,
+            "spare_pss_bytes": None,
+            "family_pss_bytes": None,
         }
         with contextlib.suppress(OSError):
             info["mtime"] = meta_path.stat().st_mtime
@@ -508,11 +517,39 @@ def list_pools(state_dir: Path) -> list[dict[str, Any]]:
 
                 p = psutil.Process(pid)
                 info["rss_bytes"] = p.memory_info().rss
+                pss = None
                 with contextlib.suppress(Exception):
-                    info["uss_bytes"] = p.memory_full_info().uss
+                    full = p.memory_full_info()
+                    info["uss_bytes"] = full.uss
+                    pss = getattr(full, "pss", None)
                 info["fds"] = p.num_fds()
+                _spares_of(p, meta, info, pss)
         out.append(info)
     return out
+
+
+def _spares_of(pool: Any, meta: Mapping[str, Any], info: dict[str, Any], pss: int | None) -> None:
+    """The pool's spares (children it lists as such, with the ranks below them) and the PSS of
+    the pool and its spares together."""
+    listed = {int(x) for x in meta.get("spares") or [] if str(x).isdigit()}
+    spares = [c for c in pool.children() if c.pid in listed]
+    procs = []
+    for c in spares:
+        procs.append(c)
+        with contextlib.suppress(Exception):
+            procs.extend(c.children(recursive=True))
+    info["spares"] = [c.pid for c in spares]
+    info["spare_processes"] = len(procs)
+    total = 0
+    for c in procs:
+        try:
+            total += int(c.memory_full_info().pss)
+        except Exception:
+            total = -1
+            break
+    if total >= 0 and pss is not None:
+        info["spare_pss_bytes"] = total
+        info["family_pss_bytes"] = int(pss) + total
 
 
 def stop_pool(meta_path: Path, timeout: float = 5.0) -> None:

@@ -8,13 +8,17 @@ environment, this working directory and these stdin/stdout/stderr. It then stand
 signals it gets go to the node, and it exits as the node did. When the pool is not there or
 declines (something the warm path does not do), it runs the real PROGRAM itself: a cold start.
 Either way it records which in the job's events and in `warm-<node>.json`.
+
+It starts on the path of every warm node, so it imports only C modules (`_socket`, `_struct`,
+`_signal`, `_json`): `json`, `socket` and `signal` pull in `re` and `enum`, which took 15-35 ms
+of the 20-50 ms this interpreter took to reach its first line (issue 21).
 """
 
-import json
+import _json
+import _signal
+import _socket
+import _struct
 import os
-import signal
-import socket
-import struct
 import sys
 import time
 
@@ -33,6 +37,52 @@ _VARS = (
     "KF_JUPYTER_WARM_META",
     "KF_JUPYTER_WARM_FRAMEWORK",
 )
+
+
+def _dumps(obj):
+    """JSON text of str / int / bool / None / list / dict, as `json.dumps` writes it (ASCII)."""
+    if isinstance(obj, str):
+        return _json.encode_basestring_ascii(obj)
+    if obj is None:
+        return "null"
+    if obj is True or obj is False:
+        return "true" if obj else "false"
+    if isinstance(obj, (int, float)):
+        return repr(obj)
+    if isinstance(obj, (list, tuple)):
+        return "[" + ", ".join(_dumps(x) for x in obj) + "]"
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{_dumps(str(k))}: {_dumps(v)}" for k, v in obj.items()) + "}"
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+class _Context:
+    """What the C scanner of `_json` reads from a JSONDecoder."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name):
+        return {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}[name]
+
+
+_scan = _json.make_scanner(_Context())
+
+
+def _loads(text):
+    """One JSON value (what `json.loads` reads from the pool's reply lines)."""
+    text = text.strip()
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text):
+        raise ValueError("extra data after the JSON value")
+    return value
 
 
 def _clean_env():
@@ -68,9 +118,11 @@ def _record(env, warm, message, extra):
         fd = os.open(
             os.path.join(jd, f"warm-{node}.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
         )
-        with os.fdopen(fd, "w") as fh:
-            json.dump(info, fh)
-        line = json.dumps(
+        try:
+            os.write(fd, _dumps(info).encode())
+        finally:
+            os.close(fd)
+        line = _dumps(
             {
                 "time": info["time"],
                 "type": "Normal",
@@ -118,7 +170,7 @@ def _remember_cold(env, why):
     if not meta:
         return
     node = f"node-{env.get('KF_JUPYTER_NODE_RANK', '0')}"
-    line = json.dumps(
+    line = _dumps(
         {"time": time.time(), "job": env.get("KF_JUPYTER_JOB_NAME", "?"), "node": node, "why": why}
     )
     try:
@@ -160,7 +212,7 @@ def _connect(sock_path, meta_path):
     """A connection to a ready pool; wait for one that is still importing (while it lives)."""
     end = time.monotonic() + WAIT_STARTING_SECONDS
     while True:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             s.connect(sock_path)
             return s, None
@@ -170,8 +222,8 @@ def _connect(sock_path, meta_path):
         starting = False
         if meta_path:
             try:
-                with open(meta_path) as fh:
-                    meta = json.load(fh)
+                with open(meta_path, encoding="utf-8") as fh:
+                    meta = _loads(fh.read())
                 pid = int(meta.get("pid") or 0)
                 if pid:
                     os.kill(pid, 0)
@@ -184,6 +236,47 @@ def _connect(sock_path, meta_path):
         if not starting or time.monotonic() >= end:
             return None, f"the warm pool is not ready ({why})"
         time.sleep(0.02)
+
+
+class _Lines:
+    """Lines read from a socket (what `socket.makefile().readline()` gives, without `socket`).
+    A signal handler running meanwhile (`forward`) does not end a wait: PEP 475 retries."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.buf = b""
+
+    def readline(self):
+        while b"\n" not in self.buf:
+            chunk = self.conn.recv(65536)
+            if not chunk:
+                line, self.buf = self.buf, b""
+                return line.decode("utf-8", "replace")
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line.decode("utf-8", "replace") + "\n"
+
+
+def _warm_message(first):
+    """The WarmStart event: which process, and whether it was forked ahead of the job."""
+    pid, pool, served = first.get("pid"), first.get("zygote"), first.get("served")
+    if first.get("ahead"):
+        ranks = int(first.get("ranks") or 0)
+        ahead = int(first.get("ranks_ahead") or 0)
+        tail = ""
+        if ranks:
+            tail = f"; {ahead} of its {ranks} ranks forked ahead"
+            if ahead < ranks:
+                tail += f", {ranks - ahead} forked at its start"
+        return (
+            f"started warm (pid {pid}, forked ahead of the job by pool process {pool}, "
+            f"launch {served} of that pool{tail})"
+        )
+    why = first.get("why")
+    return (
+        f"started warm (pid {pid}, forked from pool process {pool} as it arrived, launch "
+        f"{served} of that pool" + (f"; {why})" if why else ")")
+    )
 
 
 def main(argv):
@@ -207,18 +300,20 @@ def main(argv):
         return _cold(program, args, env, path, why)
     umask = os.umask(0o077)
     os.umask(umask)
-    header = json.dumps(
+    header = _dumps(
         {"mode": mode, "argv": [program, *args], "env": env, "cwd": os.getcwd(), "umask": umask,
          "rlimits": _rlimits(), "affinity": _affinity()}
     ).encode("utf-8")  # fmt: skip
     fds = [0, 1, 2]
+    reader = _Lines(conn)
     try:
-        conn.sendmsg(
-            [struct.pack("!I", len(header)) + header],
-            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", *fds))],
+        payload = _struct.pack("!I", len(header)) + header
+        sent = conn.sendmsg(
+            [payload], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _struct.pack("3i", *fds))]
         )
-        reader = conn.makefile("r", encoding="utf-8")
-        first = json.loads(reader.readline() or "{}")
+        if sent < len(payload):
+            conn.sendall(payload[sent:])
+        first = _loads(reader.readline() or "{}")
     except (OSError, ValueError) as exc:
         conn.close()
         return _cold(program, args, env, path, f"the warm pool did not answer ({exc})")
@@ -226,22 +321,16 @@ def main(argv):
         conn.close()
         return _cold(program, args, env, path, first.get("why") or "the warm pool declined")
     pid = first.get("pid")
-    _record(
-        env,
-        True,
-        f"started warm (pid {pid}, forked from pool process {first.get('zygote')}, "
-        f"launch {first.get('served')} of that pool)",
-        {"pid": pid, "pool_pid": first.get("zygote")},
-    )
+    _record(env, True, _warm_message(first), {"pid": pid, "pool_pid": first.get("zygote")})
 
     def forward(signum, frame):
         try:
-            conn.sendall((json.dumps({"signal": signum}) + "\n").encode())
+            conn.sendall((_dumps({"signal": signum}) + "\n").encode())
         except OSError:
             pass
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, forward)
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT):
+        _signal.signal(sig, forward)
     while True:
         try:
             line = reader.readline()
@@ -254,13 +343,13 @@ def main(argv):
             )
             return 1
         try:
-            msg = json.loads(line)
+            msg = _loads(line)
         except ValueError:
             continue
-        if "exit" in msg:
+        if isinstance(msg, dict) and "exit" in msg:
             code = int(msg["exit"])
             if code < 0:
-                signal.signal(-code, signal.SIG_DFL)
+                _signal.signal(-code, _signal.SIG_DFL)
                 os.kill(os.getpid(), -code)
                 time.sleep(1)
                 return 128 - code

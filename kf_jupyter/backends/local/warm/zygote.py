@@ -14,6 +14,15 @@ from the shim is passed to the child; the shim's connection closing kills the ch
 It never runs user code itself and stays single-threaded (forking a threaded process is unsafe).
 It exits when it has no child and has been idle for IDLE_SECONDS, or its owner (the kernel that
 started it) is gone; META (JSON: pid, python, preload, memory-relevant facts) is removed then.
+
+Forked ahead (issue 21): the server keeps as many nodes forked ahead as the last job had (at most
+MAX_SPARE_NODES; each torch one with as many ranks forked ahead as that job's nodes had, at most
+MAX_SPARE_RANKS), so a launch is a message to a process that is already past its fork
+(`agent.spare_main`) instead of three forks of this process. A spare serves one launch; when none
+is ready (more nodes at once than it keeps, or not yet replaced) the launch forks at once, as
+before, and its reply says why. Spares are replaced once no node runs (or REFILL_SECONDS after
+the last launch), so the forks never compete with a job that is starting. They end with the
+server (killed at its exit; PDEATHSIG if it is killed) and are listed in META.
 """
 
 from __future__ import annotations
@@ -34,6 +43,10 @@ HEADER_MAX = 4 * 1024 * 1024
 OWNER_CHECK_SECONDS = 1.0
 SNAPSHOT_SECONDS = 0.5
 PR_SET_CHILD_SUBREAPER = 36
+MAX_SPARE_NODES = 2
+MAX_SPARE_RANKS = 4
+#: A spare taken while nodes still run is replaced this long after the last launch at the latest.
+REFILL_SECONDS = 2.0
 
 
 def _subreaper():
@@ -277,6 +290,10 @@ class Zygote:
         self.agent = None
         self.listener = None
         self.cuda_why = None
+        self.spares = []  # [(pid, socket, ranks forked ahead)] of nodes forked ahead of a launch
+        self.want_nodes = 1  # spares kept: the last job's nodes (capped)
+        self.want_ranks = 1 if any(m.split(".")[0] == "torch" for m in preload) else 0
+        self.last_launch = 0.0
 
     def _write_meta(self, state):
         meta = {
@@ -288,6 +305,7 @@ class Zygote:
             "served": self.served,
             "started": self.started,
             "socket": self.sock_path,
+            "spares": [pid for pid, _sock, _ranks in self.spares],
         }
         tmp = f"{self.meta_path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -335,6 +353,7 @@ class Zygote:
         try:
             while not self.stopping:
                 self._reap()
+                self._refill()
                 now = time.monotonic()
                 if self.children and now - last_snapshot >= SNAPSHOT_SECONDS:
                     last_snapshot = now
@@ -399,38 +418,147 @@ class Zygote:
                 os.close(fd)
             conn.close()
             return
+        env = header.get("env") or {}
+        self.last_launch = time.monotonic()
+        pid, ahead = self._hand_to_spare(header, fds)
+        nproc = env.get("PET_NPROC_PER_NODE", "")
+        nproc = int(nproc) if header.get("mode") == "torchrun" and nproc.isdigit() else 0
+        if pid is not None:
+            how = {"ahead": True, "ranks_ahead": min(ahead, nproc), "ranks": nproc}
+        else:
+            how = {"ahead": False, "why": self._no_spare_why()}
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    keep = {conn.fileno(), *fds}
+                    self._close_in_child(keep)
+                    conn.close()
+                    code = self.agent.child_main(header, fds)
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                    code = 1
+                os._exit(code if isinstance(code, int) else 1)
+        for fd in fds:
+            os.close(fd)
+        self._learn(header, nproc)
+        self.served += 1
+        self.tags[pid] = (env.get("KF_JUPYTER_JOB_NAME"), env.get("KF_JUPYTER_NODE_RANK"))
+        self.children[pid] = conn
+        self.conns[conn] = pid
+        with contextlib.suppress(OSError):
+            self._write_meta("ready")  # before the reply: the pool reads as busy from now on
+        reply = {"pid": pid, "warm": True, "zygote": os.getpid(), "served": self.served, **how}
+        _send(conn, reply)
+
+    # ------------------------------------------------------------ forked ahead
+
+    def _close_in_child(self, keep=()):
+        """In a fresh fork: close what belongs to the server (listener, wake-up pipe, the
+        connections of other launches, the spares' sockets)."""
+        signal.set_wakeup_fd(-1)
+        for fd in self.wake:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.listener.close()
+        for c in list(self.conns):
+            if c.fileno() not in keep:
+                c.close()
+        for _pid, sock, _ranks in self.spares:
+            sock.close()
+
+    def _hand_to_spare(self, header, fds):
+        """Give the launch to a node forked ahead: (its pid, ranks it forked ahead), or
+        (None, 0) when none is ready (the caller forks one now)."""
+        while self.spares:
+            pid, sock, ranks = self.spares.pop(0)
+            try:
+                self.agent.send_msg(sock, header, fds)
+            except OSError:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                continue  # it died: the next one, or a fork
+            finally:
+                sock.close()
+            return pid, ranks
+        return None, 0
+
+    def _no_spare_why(self):
+        if self.children:
+            keeps = f"{self.want_nodes} node{'s' if self.want_nodes > 1 else ''}"
+            return (
+                f"no node forked ahead was left (the pool keeps {keeps} forked ahead, and the "
+                "nodes before this one took them)"
+            )
+        return "no node forked ahead was ready yet (the pool was still forking it)"
+
+    def _learn(self, header, nproc):
+        """Keep as many spares as the job that just arrived has nodes (and ranks per node)."""
+        env = header.get("env") or {}
+        nodes = 1
+        for var in ("PET_NNODES", "JAX_NUM_PROCESSES", "DMLC_NUM_WORKER"):
+            value = str(env.get(var) or "")
+            if value.isdigit() and int(value) > 0:
+                nodes = int(value)
+                break
+        self.want_nodes = max(1, min(nodes, MAX_SPARE_NODES))
+        if header.get("mode") == "torchrun":
+            self.want_ranks = max(1, min(nproc, MAX_SPARE_RANKS))
+
+    def _refill(self):
+        """Fork one spare node when fewer are kept than wanted, unless a job is starting: not
+        while nodes run, for REFILL_SECONDS after the last launch."""
+        if self.cuda_why or len(self.spares) >= self.want_nodes or self.stopping:
+            return
+        if self.children and time.monotonic() - self.last_launch < REFILL_SECONDS:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ranks = self.want_ranks
+        parent = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
+            code = 1
             try:
-                keep = {conn.fileno(), *fds}
-                signal.set_wakeup_fd(-1)
-                for fd in self.wake:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-                self.listener.close()
-                for c in list(self.conns):
-                    if c.fileno() not in keep:
-                        c.close()
-                conn.close()
-                code = self.agent.child_main(header, fds)
+                ours.close()
+                self._close_in_child()
+                code = self.agent.spare_main(theirs, ranks, parent)
             except BaseException:
                 import traceback
 
-                traceback.print_exc()
-                code = 1
+                with contextlib.suppress(Exception):
+                    traceback.print_exc()
             os._exit(code if isinstance(code, int) else 1)
-        for fd in fds:
-            os.close(fd)
-        self.served += 1
-        env = header.get("env") or {}
-        self.tags[pid] = (env.get("KF_JUPYTER_JOB_NAME"), env.get("KF_JUPYTER_NODE_RANK"))
-        self.children[pid] = conn
-        self.conns[conn] = pid
-        _send(conn, {"pid": pid, "warm": True, "zygote": os.getpid(), "served": self.served})
+        theirs.close()
+        self.spares.append((pid, ours, ranks))
         with contextlib.suppress(OSError):
             self._write_meta("ready")
+
+    def _drop_spare(self, pid):
+        for item in list(self.spares):
+            if item[0] == pid:
+                self.spares.remove(item)
+                item[1].close()
+                return True
+        return False
+
+    def _kill_spares(self):
+        for pid, sock, _ranks in self.spares:
+            sock.close()
+            below = _children_of(pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            for grand in below:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(grand, signal.SIGKILL)
+        for pid, _sock, _ranks in self.spares:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        self.spares = []
 
     def _on_conn(self, conn):
         pid = self.conns.get(conn)
@@ -464,6 +592,8 @@ class Zygote:
             if pid == 0:
                 return
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            if self._drop_spare(pid):
+                continue  # a spare that died before its launch (killed): replaced later
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue  # an orphan re-parented to us, now reaped
@@ -485,8 +615,9 @@ class Zygote:
         supervisor stops what its nodes leave."""
         below = _children_of(os.getpid())
         mine = os.getpid()
+        spares = {pid for pid, _sock, _ranks in self.spares}
         for pid, ppid in below.items():
-            if ppid == mine and pid not in self.children:
+            if ppid == mine and pid not in self.children and pid not in spares:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
                 for grand, _ in _children_of(pid).items():
@@ -504,6 +635,7 @@ class Zygote:
         _kill_known(known)
 
     def _shutdown(self):
+        self._kill_spares()
         for pid in list(self.children):
             self._kill_node(pid)
         for path in (self.sock_path, self.meta_path):

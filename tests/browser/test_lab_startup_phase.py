@@ -1,0 +1,135 @@
+"""Real-browser test of the startup phase in the lab extension (issue 22: "for 80 s the monitor
+showed Running and an empty log"), light and dark.
+
+A real local torch job whose rank 1 holds back from `init_process_group` until a file appears:
+the live monitor and the job panel both say "Waiting for all 2 ranks at rendezvous (1/2 there)"
+— the very phase the backend's record gives at that moment, from the ranks' own events — with
+every text at 4.5:1 and no axe violation; once the ranks print, the phase is gone from both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CONTRAST_JS,
+    axe_violations,
+    open_notebook,
+    write_notebook,
+)
+from tests.browser.test_lab_live import _run_cell
+
+pytestmark = pytest.mark.slow
+
+VIEWS = ".kf-LiveMonitor, .kf-JobPanel"
+HELD = "Waiting for all 2 ranks at rendezvous (1/2 there). No output yet."
+
+
+def held_then_ticks(gate: str) -> None:
+    """Rank 1 waits for `gate` before joining the process group; then both ranks tick."""
+    import os
+    import time
+
+    import torch.distributed as dist
+
+    if os.environ["RANK"] == "1":
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+    dist.init_process_group("gloo")
+    for i in range(2000):
+        print(f"rank {dist.get_rank()} tick {i}", flush=True)
+        time.sleep(0.5)
+
+
+def _set_theme(lab: dict, theme: str) -> None:
+    settings = lab["state"].parent / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
+
+
+def _passes(page: Any, what: str) -> None:
+    found = page.evaluate(CONTRAST_JS, VIEWS)
+    assert found["checked"] > 5, (what, found)
+    assert found["bad"] == [], (what, found["bad"])
+    assert axe_violations(page, VIEWS) == [], what
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_the_monitor_and_panel_show_the_held_rendezvous_then_the_log(
+    lab: dict, theme: str, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter import LocalBackendConfig, TorchTrainer, TrainerClient
+
+    slug = "dark" if "Dark" in theme else "light"
+    gate = tmp_path / "gate"
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    name = client.train(
+        TorchTrainer(func=held_then_ticks, func_args={"gate": str(gate)}, num_proc_per_node=2)
+    )
+    payload = {"version": 1, "name": name, "backend": "local", "runtime": ""}
+    nb = f"phase-{slug}.ipynb"
+    write_notebook(
+        lab,
+        nb,
+        [
+            "from IPython.display import display\n"
+            f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
+        ],
+    )
+    _set_theme(lab, theme)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                open_notebook(page, lab, nb)
+                expect(page.locator("body")).to_have_attribute(
+                    "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
+                )
+                _run_cell(page, 0)
+                monitor = page.locator(".kf-LiveMonitor")
+                startup = monitor.locator(".kf-live-startup")
+                expect(startup).to_have_text(HELD, timeout=180_000)
+                # the same words as the backend's record (one source), while it is held
+                assert f"{client.get_job(name).phase}. No output yet." == HELD
+                assert monitor.locator(".kf-log-line").count() == 0
+                startup.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-monitor.png"))
+                _passes(page, f"monitor, {slug}")
+                monitor.locator(".kf-live-open").click()
+                panel = page.locator(".kf-JobPanel")
+                expect(panel.locator(".kf-panel-startup")).to_have_text(HELD, timeout=30_000)
+                expect(panel.locator(".kf-events")).to_contain_text(
+                    "rank 0: waiting for the other ranks", timeout=30_000
+                )
+                page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-panel.png"))
+                _passes(page, f"panel, {slug}")
+                gate.touch()  # rank 1 joins: the ranks print, the phase goes away everywhere
+                expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(
+                    timeout=120_000
+                )
+                expect(panel.locator(".kf-panel-startup")).to_be_hidden()
+                notebook_tab = page.locator(f".lm-TabBar-tab:has-text('{nb}')").first
+                notebook_tab.click()
+                expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(
+                    timeout=60_000
+                )
+                expect(startup).to_be_hidden()
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-failure.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        _set_theme(lab, "JupyterLab Light")
+        gate.touch()
+        client.delete_job(name)

@@ -1,0 +1,138 @@
+"""Real-browser test of the ipywidget monitor (lab extension disabled) before its first line and
+while it waits, light and dark (issue 22):
+
+- a `%%torchtrain --no-wait` job whose rank 1 holds back from `init_process_group` shows
+  "Waiting for all 2 ranks at rendezvous (1/2 there). No output yet." above its log — the
+  backend's own phase at that moment — and nothing once the ranks print;
+- suspended, its waiting reason sits on the header's one row (it took a second row), cut with an
+  ellipsis in a narrow window, whole in its tooltip;
+- every text at 4.5:1, and axe-core finds no violation, in both states and both themes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CONTRAST_JS,
+    axe_violations,
+    open_notebook,
+    write_notebook,
+)
+from tests.browser.test_lab_startup_phase import HELD, _set_theme
+from tests.browser.test_lab_views import assert_one_row
+
+pytestmark = pytest.mark.slow
+
+#: Read by the `lab` fixture: start JupyterLab without our extension.
+LAB_DISABLED = ["kf-jupyter-labextension"]
+
+WIDGET = ".jp-Notebook .jp-OutputArea-output .jupyter-widgets.widget-vbox"
+
+CELL = """%%torchtrain -n 1 -p 2 --no-wait --name {name}
+import os, time
+import torch.distributed as dist
+if os.environ["RANK"] == "1":
+    while not os.path.exists({gate!r}):
+        time.sleep(0.05)
+dist.init_process_group("gloo")
+for i in range(2000):
+    print(f"rank {{dist.get_rank()}} tick {{i}}", flush=True)
+    time.sleep(0.5)
+"""
+
+
+def _passes(page: Any, what: str) -> None:
+    found = page.evaluate(CONTRAST_JS, WIDGET)
+    assert found["checked"] > 3, (what, found)
+    assert found["bad"] == [], (what, found["bad"])
+    assert axe_violations(page, WIDGET) == [], what
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_widget_phase_then_log_and_a_one_row_waiting_reason(
+    lab: dict, theme: str, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter import LocalBackendConfig, TrainerClient
+
+    slug = "dark" if "Dark" in theme else "light"
+    name = f"phase-{slug}"
+    gate = tmp_path / "gate"
+    cells = ["%load_ext kf_jupyter", CELL.format(name=name, gate=str(gate))]
+    nb = f"widget-phase-{slug}.ipynb"
+    write_notebook(lab, nb, cells)
+    _set_theme(lab, theme)
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                open_notebook(page, lab, nb)
+                expect(page.locator("body")).to_have_attribute(
+                    "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
+                )
+                page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first.click()
+                page.keyboard.press("Escape")
+                for _ in cells:
+                    page.keyboard.press("Shift+Enter")
+                cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
+                widget = cell.locator(".jupyter-widgets.widget-vbox").first
+                phase = widget.locator(".kf-phase")
+                expect(phase).to_have_text(HELD, timeout=180_000)
+                assert f"{client.get_job(name).phase}. No output yet." == HELD
+                assert widget.locator(".kf-log-box").inner_text().strip() == ""
+                widget.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / f"widget-phase-{slug}.png"))
+                _passes(page, f"phase, {slug}")
+
+                gate.touch()  # rank 1 joins: the ranks print, the phase goes away
+                expect(widget.locator(".kf-log-box")).to_contain_text("tick", timeout=120_000)
+                expect(phase).to_have_count(0, timeout=10_000)
+
+                client.suspend_job(name)
+                header = widget.locator(".widget-hbox").first
+                waiting = header.locator(".kf-waiting")
+                expect(waiting).to_be_visible(timeout=60_000)
+                full = waiting.get_attribute("title") or ""
+                job = client.get_job(name)
+                assert full == ": ".join(p for p in (job.reason, job.message) if p), full
+                assert full in waiting.inner_text()  # its text is the whole reason too
+                assert_one_row(header, "wide window, waiting reason")
+                # in a wide window it shows, inside the header's box (not clipped away)
+                shown = waiting.evaluate(
+                    """e => { const r = e.getBoundingClientRect();
+                              const h = e.closest('.widget-html').getBoundingClientRect();
+                              return Math.min(r.right, h.right) - Math.max(r.left, h.left); }"""
+                )
+                assert shown >= 60, shown
+                page.screenshot(path=str(ARTIFACTS / f"widget-waiting-{slug}-wide.png"))
+                page.set_viewport_size({"width": 760, "height": 1000})
+                page.wait_for_timeout(500)
+                assert_one_row(header, "narrow window, waiting reason")
+                # cut with an ellipsis (not wrapped) where it does not fit; the whole reason
+                # stays in its tooltip and the status badge's
+                assert waiting.evaluate("e => e.scrollWidth > e.clientWidth"), full
+                assert header.locator(".kf-status").get_attribute("title") == full
+                widget.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / f"widget-waiting-{slug}-narrow.png"))
+                _passes(page, f"waiting reason, {slug}")
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / f"widget-phase-{slug}-failure.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        _set_theme(lab, "JupyterLab Light")
+        gate.touch()
+        for j in client.list_jobs():
+            if j.name == name:
+                client.delete_job(name)
