@@ -588,7 +588,7 @@ _KFJ_XGB_COLLISION = (
 )
 
 
-def _kfj_call_xgboost(func, kwargs, rank):
+def _kfj_call_xgboost(func, kwargs, rank, argv):
     uri = os.environ.get("DMLC_TRACKER_URI")
     if not uri:
         return func(**kwargs)
@@ -609,7 +609,15 @@ def _kfj_call_xgboost(func, kwargs, rank):
             dmlc_tracker_uri=uri, dmlc_tracker_port=port, dmlc_task_id=str(rank), dmlc_retry=10
         ):
             _kfj_phase("RendezvousDone", "joined the other ranks (XGBoost tracker)")
-            result = func(**kwargs)
+            try:
+                result = func(**kwargs)
+            except Exception as exc:
+                # Report before the context closes this rank's communicator: closing it is what
+                # breaks the other ranks' collectives, and a rank that then fails first in time
+                # (or exits first, so this process is stopped before it reports) would be read
+                # as the job's cause with its secondary "Ring allreduce failed".
+                _kfj_report_once(exc, argv, rank)
+                raise
     except Exception as exc:
         if tracker is not None:
             # The job failed: freeing the tracker at exit would only add "Invalid polling
@@ -738,7 +746,7 @@ def _kfj_main(argv):
         _kfj_jax_own_setup()
     try:
         if setup == "xgboost":
-            result = _kfj_call_xgboost(func, kwargs, rank)
+            result = _kfj_call_xgboost(func, kwargs, rank, argv)
         else:
             result = func(**kwargs)
     except SystemExit as exc:
@@ -932,14 +940,25 @@ def _kfj_source_label(argv):
     return "<training function>"
 
 
+def _kfj_report_once(exc, argv, rank):
+    """Report `exc` as this rank's failure, unless it was reported already (a setup reports it
+    before it tears down the collective; the guard sees it again on its way out)."""
+    if getattr(exc, "_kfj_reported", False):
+        return
+    func_file = argv[1] if len(argv) > 1 else None
+    _kfj_report_failure(exc, func_file, rank, _kfj_source_label(argv))
+    try:
+        exc._kfj_reported = True
+    except Exception:  # an exception type that refuses attributes: reported twice at worst
+        pass
+
+
 def _kfj_guarded(main, argv):
     """Run the runner; an exception from the user's code is reported as its root cause, exit 1."""
     try:
         return main(argv)
     except Exception as exc:
-        func_file = argv[1] if len(argv) > 1 else None
-        label = _kfj_source_label(argv)
-        _kfj_report_failure(exc, func_file, _kfj_rank(), label)
+        _kfj_report_once(exc, argv, _kfj_rank())
         # As `python -m mpi4py` does: a rank that failed aborts the MPI job. A normal exit would
         # call MPI_Finalize, which waits for ranks that wait for this one: the job would hang.
         mpi = sys.modules.get("mpi4py.MPI")

@@ -364,6 +364,41 @@ def test_framework_failure_names_rank_1_and_its_exception(client, trainer, exc_t
     assert_no_orphans(name)
 
 
+def xgb_rank_one_fails_slow_to_report():
+    import time
+
+    from xgboost import collective
+
+    class SlowToPrint(RuntimeError):
+        def __str__(self) -> str:
+            time.sleep(1)  # a report that takes a moment, as on a loaded machine
+            return "xgboost rank one, slowly"
+
+    if collective.get_rank() == 1:
+        raise SlowToPrint()
+    collective.allreduce(__import__("numpy").ones(1), collective.Op.SUM)
+
+
+@pytest.mark.slow
+def test_xgboost_rank_1_is_the_cause_even_when_its_report_is_slow(client):
+    # Rank 1's failure closes its communicator, which breaks rank 0's allreduce: rank 0's
+    # "Ring allreduce failed" is a consequence, and must not become the job's cause even when
+    # rank 0 reports (and exits) before rank 1 has finished writing its own report. Before the
+    # fix rank 1 reported only after the communicator was closed: the job said "Rank 0 failed:
+    # XGBoostError" (or rank 1 was stopped before it reported at all).
+    name = client.train(XGBoostTrainer(func=xgb_rank_one_fails_slow_to_report, num_nodes=2))
+    with pytest.raises(JobFailedError):
+        client.wait_for_job_status(name, timeout=240)
+    job = client.get_job(name)
+    assert job.failure is not None, job.message
+    assert job.failure.source == "Rank 1", job.message
+    assert job.failure.exc_type.endswith("SlowToPrint"), job.message
+    assert job.failure.message == "xgboost rank one, slowly"
+    assert job.message.startswith("Rank 1 failed:"), job.message
+    assert "XGBoostError" not in job.message.split("\n", 1)[0]
+    assert_no_orphans(name)
+
+
 def test_bar_interrupted_by_report_lines_is_still_one_line():
     # tqdm draws on stderr while report() prints on stdout: the report's newline ends each
     # drawing of the bar in the file.

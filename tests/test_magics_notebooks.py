@@ -3,6 +3,7 @@ free names, syntax errors and the interrupt path, as a user running the notebook
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 
@@ -220,6 +221,14 @@ def test_cancel_from_outside_ends_the_cell_short_and_kf_monitor_reattaches(state
         "from kf_jupyter.widgets.monitor import cancel_if_running\n"
         "print(cancel_if_running(TrainerClient(LocalBackendConfig()), 'nb-later')[0])",
         "%kf_monitor nb-later",
+        # wait (kernel side) until the two monitors of nb-later have replaced their outputs
+        "import time\n"
+        "core = get_ipython().magics_manager.registry['KubeflowMagics']\n"
+        "mine = [m for m in core.monitors if m.name == 'nb-later']\n"
+        "deadline = time.monotonic() + 240\n"
+        "while not all(m._stop.is_set() for m in mine) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.2)\n"
+        "print(len(mine), [m.error for m in mine])",
     )
     client = NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
@@ -243,7 +252,10 @@ def test_cancel_from_outside_ends_the_cell_short_and_kf_monitor_reattaches(state
         t.start()
         client.execute_cell(nb.cells[1], 1)
         t.join(timeout=130)
-        for i in range(2, 6):
+        for i in range(2, 4):
+            client.execute_cell(nb.cells[i], i)
+        live = copy.deepcopy(nb.cells[3].outputs[0].data)  # as shown then
+        for i in range(4, 7):
             client.execute_cell(nb.cells[i], i)
     cancelled = nb.cells[1]
     errors = [o for o in cancelled.outputs if o.output_type == "error"]
@@ -258,7 +270,6 @@ def test_cancel_from_outside_ends_the_cell_short_and_kf_monitor_reattaches(state
     assert "SignalException" not in static["text/html"] + static["text/plain"]
     assert local.get_job("nb-cancel").reason == "Cancelled"
     # %kf_monitor on a running job: the live bundle (MIME type + widget), the cell returns
-    live = nb.cells[3].outputs[0].data
     assert live["application/vnd.kf-jupyter.job+json"]["name"] == "nb-later"
     assert "application/vnd.jupyter.widget-view+json" in live
     assert _text(nb.cells[4]).strip() == "True"
@@ -266,3 +277,10 @@ def test_cancel_from_outside_ends_the_cell_short_and_kf_monitor_reattaches(state
     ended = nb.cells[5].outputs[0].data
     assert set(ended) == {"text/html", "text/plain"}
     assert "kf-status-cancelled" in ended["text/html"]
+    # No cell waited for nb-later: when it ended, its monitors replaced their own outputs (the
+    # --no-wait cell's and %kf_monitor's, by display id) with the static view, so a saved
+    # notebook holds no widget a restarted kernel lacks (before: the live widget stayed).
+    assert _text(nb.cells[6]).strip() == "2 [None, None]"
+    for i in (2, 3):
+        assert [set(o.data) for o in nb.cells[i].outputs] == [{"text/html", "text/plain"}], i
+        assert "kf-status-cancelled" in nb.cells[i].outputs[0].data["text/html"], i

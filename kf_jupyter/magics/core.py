@@ -830,7 +830,10 @@ class KubeflowMagics(Magics):
             waiting=waiting,
             widget_model_id=monitor.widget.model_id,
         )
-        shown = display(bundle, raw=True, display_id=f"kf-jupyter-job-{handle.name}")
+        display_id = f"kf-jupyter-job-{handle.name}"
+        shown = display(bundle, raw=True, display_id=display_id)
+        if not waiting:  # no cell waits for the job: the monitor replaces its output at the end
+            monitor.display_id = display_id
         monitor.start()
         return monitor, shown
 

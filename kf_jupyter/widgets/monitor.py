@@ -6,6 +6,15 @@ a flusher thread turns it into widget trait updates: the log view at most every
 `stats_interval` (1 s). Nothing calls `display()` or writes to an Output from a thread, so a
 notebook run by nbclient/nbval gets no stray outputs, and the message rate stays under 10/s
 whatever the log rate.
+
+One exception, by design: a monitor that no cell waits for (`--no-wait`, `%kf_monitor`) is
+given its output's `display_id`; when the job ends its flusher replaces that output with the
+job's static view (`update_display`, see `JobMonitor.settle_display`). An update names the
+output by its display id, not by the cell that is running: JupyterLab and Notebook 7 route it to
+every output that showed that id, even in a cell that ended long ago (their kernel connection's
+`_handleDisplayId`), so the saved notebook holds the finished view, never a widget whose model
+a restarted kernel no longer has ("Error displaying widget: model not found"). An update adds no
+output anywhere (nbclient and nbval apply it to the outputs with that id, or ignore it).
 """
 
 from __future__ import annotations
@@ -205,6 +214,9 @@ class JobMonitor:
         self.cancel_button.on_click(self._on_cancel)
         self.suspend_button.on_click(self._on_suspend)
         self.job: TrainJob | None = None
+        #: The display id of the output showing this monitor when no cell waits for the job:
+        #: the flusher then replaces that output with the static view when the job ends.
+        self.display_id: str | None = None
 
     def set_waiting(self, waiting: bool) -> None:
         """Say (or stop saying) that the kernel is busy with the cell following this job."""
@@ -389,8 +401,44 @@ class JobMonitor:
                 next_stats = now + self.stats_interval
                 self.flush_stats()
             if done:
+                if self.display_id is not None and not self._stop.is_set():
+                    self.settle_display()
                 return
             self._reader_done.wait(self.log_interval)
+
+    def _ended_job(self, tries: int = 15, pause: float = 2.0) -> TrainJob | None:
+        """The job once the backend records it ended (its log stream may end a moment
+        before); None if it does not within `tries`, or it is gone."""
+        for i in range(tries):
+            if self._stop.is_set():
+                return None
+            try:
+                job = self.client.get_job(self.name)
+            except Exception:
+                return None
+            if job.status in TERMINAL:
+                return job
+            if i + 1 < tries:
+                self._stop.wait(pause)
+        return None
+
+    def settle_display(self) -> None:
+        """For a monitor no cell waits for: once the job ended, show its final state, replace
+        the output (`display_id`) with the static view, and settle the widget into it too.
+        Runs on the flusher thread; `update_display` names the output by its id (see the
+        module's docstring), so it lands where the monitor is, whichever cell runs now."""
+        job = self._ended_job()
+        if job is None or self._stop.is_set():
+            return
+        try:
+            from IPython.display import update_display
+
+            self.finish(job)
+            bundle = self.final_bundle(job)
+            update_display(bundle, raw=True, display_id=self.display_id)
+            self.settle(bundle)
+        except Exception as exc:  # never raise on a daemon thread; keep it for inspection
+            self.error = exc
 
     def _poll(self) -> None:
         try:

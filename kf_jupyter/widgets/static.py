@@ -5,7 +5,8 @@ While a cell follows a job it displays `live_bundle(...)` with a `display_id`: t
 talks to the server extension, so it works while the kernel is busy), the ipywidget monitor
 (for frontends without the lab extension: JupyterLab without it, VS Code), and a `text/html` /
 `text/plain` fallback. When the job ends, the kernel replaces that display (on the main thread,
-before the cell ends) with `final_bundle(...)`: plain HTML with inline styles and an inline SVG
+before the cell ends; for a cell that did not wait, from the monitor's thread by display id, see
+kf_jupyter.widgets.monitor) with `final_bundle(...)`: plain HTML with inline styles and an inline SVG
 chart, no JavaScript and no widget, so a saved notebook shows what happened in JupyterLab, in
 nbconvert's HTML, on GitHub/nbviewer and in nbval.
 

@@ -156,23 +156,36 @@ export interface IChartGeometry {
   yMax: number;
 }
 
+/** The common scale of several lines of points and each line's SVG path on it. */
+export interface IScaledPaths {
+  /** SVG path `d` per line, in the order given ("" for a line with no point). */
+  paths: string[];
+  xMin: number;
+  xMax: number;
+  yMin: number;
+  yMax: number;
+}
+
 /**
- * Map points into a width × height box (inner, after `pad` on each side),
- * y growing upwards. Degenerate ranges are widened so nothing divides by 0.
+ * Map every line's points into one width × height box (inner, after `pad` on each side),
+ * y growing upwards, on one scale. Degenerate ranges are widened so nothing divides by 0;
+ * with no point at all the range is 0..1.
  */
-export function chartGeometry(points: IPoint[], width: number, height: number, pad = 4): IChartGeometry {
-  if (points.length === 0) {
-    return { path: '', xMin: 0, xMax: 1, yMin: 0, yMax: 1 };
-  }
+export function scalePaths(lines: IPoint[][], width: number, height: number, pad = 4): IScaledPaths {
   let xMin = Infinity;
   let xMax = -Infinity;
   let yMin = Infinity;
   let yMax = -Infinity;
-  for (const p of points) {
-    xMin = Math.min(xMin, p.step);
-    xMax = Math.max(xMax, p.step);
-    yMin = Math.min(yMin, p.value);
-    yMax = Math.max(yMax, p.value);
+  for (const points of lines) {
+    for (const p of points) {
+      xMin = Math.min(xMin, p.step);
+      xMax = Math.max(xMax, p.step);
+      yMin = Math.min(yMin, p.value);
+      yMax = Math.max(yMax, p.value);
+    }
+  }
+  if (xMin === Infinity) {
+    return { paths: lines.map(() => ''), xMin: 0, xMax: 1, yMin: 0, yMax: 1 };
   }
   if (xMax === xMin) {
     xMin -= 1;
@@ -189,10 +202,19 @@ export function chartGeometry(points: IPoint[], width: number, height: number, p
   const sx = (x: number): number => pad + ((x / 2 - xMin / 2) / (xMax / 2 - xMin / 2)) * w;
   const sy = (y: number): number => pad + h - ((y / 2 - yMin / 2) / (yMax / 2 - yMin / 2)) * h;
   const fmt = (v: number): string => (Math.round(v * 100) / 100).toString();
-  const path = points
-    .map((p, i) => `${i === 0 ? 'M' : 'L'}${fmt(sx(p.step))},${fmt(sy(p.value))}`)
-    .join(' ');
-  return { path, xMin, xMax, yMin, yMax };
+  const paths = lines.map(points =>
+    points.map((p, i) => `${i === 0 ? 'M' : 'L'}${fmt(sx(p.step))},${fmt(sy(p.value))}`).join(' ')
+  );
+  return { paths, xMin, xMax, yMin, yMax };
+}
+
+/**
+ * Map points into a width × height box (inner, after `pad` on each side),
+ * y growing upwards. Degenerate ranges are widened so nothing divides by 0.
+ */
+export function chartGeometry(points: IPoint[], width: number, height: number, pad = 4): IChartGeometry {
+  const { paths, ...range } = scalePaths([points], width, height, pad);
+  return { path: paths[0], ...range };
 }
 
 /** Short number for axis labels and legends: 3 significant digits. */

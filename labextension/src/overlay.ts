@@ -5,7 +5,7 @@
  * the compare panel. Plain SVG, no chart library.
  */
 import { h, s } from './dom';
-import { formatMetric, IPoint, MetricSeries } from './metrics';
+import { formatMetric, IPoint, MetricSeries, scalePaths } from './metrics';
 import { PALETTE } from './palette';
 
 const W = 480;
@@ -52,40 +52,17 @@ export function overlayGeometry(
   height = H,
   pad = PAD
 ): IOverlayGeometry {
-  let xMin = Infinity;
-  let xMax = -Infinity;
-  let yMin = Infinity;
-  let yMax = -Infinity;
-  for (const l of lines) {
-    for (const p of l.points) {
-      xMin = Math.min(xMin, p.step);
-      xMax = Math.max(xMax, p.step);
-      yMin = Math.min(yMin, p.value);
-      yMax = Math.max(yMax, p.value);
-    }
-  }
+  const scaled = scalePaths(
+    lines.map(l => l.points),
+    width,
+    height,
+    pad
+  );
   const paths = new Map<string, string>();
-  if (xMin === Infinity) {
-    return { xMin: 0, xMax: 1, yMin: 0, yMax: 1, paths };
+  if (lines.some(l => l.points.length > 0)) {
+    lines.forEach((l, i) => paths.set(l.key, scaled.paths[i]));
   }
-  if (xMax === xMin) {
-    xMin -= 1;
-    xMax += 1;
-  }
-  if (yMax === yMin) {
-    const d = Math.abs(yMin) > 0 ? Math.abs(yMin) * 0.1 : 1;
-    yMin -= d;
-    yMax += d;
-  }
-  const w = Math.max(1, width - 2 * pad);
-  const hh = Math.max(1, height - 2 * pad);
-  const sx = (x: number): number => pad + ((x / 2 - xMin / 2) / (xMax / 2 - xMin / 2)) * w;
-  const sy = (y: number): number => pad + hh - ((y / 2 - yMin / 2) / (yMax / 2 - yMin / 2)) * hh;
-  const fmt = (v: number): string => (Math.round(v * 100) / 100).toString();
-  for (const l of lines) {
-    paths.set(l.key, l.points.map((p, i) => `${i === 0 ? 'M' : 'L'}${fmt(sx(p.step))},${fmt(sy(p.value))}`).join(' '));
-  }
-  return { xMin, xMax, yMin, yMax, paths };
+  return { xMin: scaled.xMin, xMax: scaled.xMax, yMin: scaled.yMin, yMax: scaled.yMax, paths };
 }
 
 /** The overlay charts of a set of runs (re-rendered whole on each update; a few kB of SVG). */

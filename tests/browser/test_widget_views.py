@@ -30,6 +30,7 @@ from tests.browser.conftest import (
     write_notebook,
 )
 from tests.browser.test_lab_views import assert_one_row
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -155,3 +156,94 @@ def test_widget_views_bar_lines_one_row_header_contrast_and_a_finished_job_comes
                 browser.close()
     finally:
         _set_theme(lab, "JupyterLab Light")
+
+
+#: A short job that prints a few lines; `--no-wait` ends its cell at once, so it ends later.
+SHORT = (
+    "import time\nfor i in range(6):\n    print(f'step {i} done', flush=True)\n    time.sleep(1)\n"
+)
+
+
+def _restart_kernel(page: Any) -> None:
+    """Kernel > Restart Kernel… as a person does it (command mode `0 0`, then Restart)."""
+    from playwright.sync_api import expect
+
+    page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("0")
+    page.keyboard.press("0")
+    page.locator(".jp-Dialog .jp-mod-accept").click(timeout=30_000)
+    expect(page.locator(".jp-StatusBar-Widget", has_text="| Idle")).to_have_count(1, timeout=90_000)
+
+
+def test_finished_jobs_stay_static_views_after_a_kernel_restart_and_a_reload(lab: dict) -> None:
+    """Without the lab extension, after a kernel restart and a reload, every job's output shows
+    the finished job (status, last lines), never "Error displaying widget: model not found":
+    - a job that ended while its cell followed it (its cell replaced the monitor);
+    - a job started with `--no-wait` that ended after its cell had ended (before the fix its
+      saved output was the ipywidget monitor, whose model a restarted kernel does not have:
+      "model not found"; now the monitor replaces its own output with the static view when
+      the job ends), in JupyterLab and in Notebook 7 (same server)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter import LocalBackendConfig, TrainerClient
+
+    cells = [
+        "%load_ext kf_jupyter",
+        f"%%torchtrain -n 1 -p 1 --name rs-later --no-wait\n{SHORT}",
+        f"%%torchtrain -n 1 -p 1 --name rs-followed\n{SHORT}",
+    ]
+    nb = "restart.ipynb"
+    write_notebook(lab, nb, cells)
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            open_notebook(page, lab, nb)
+            page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first.click()
+            page.keyboard.press("Escape")
+            for _ in cells:
+                page.keyboard.press("Shift+Enter")
+            for name in ("rs-later", "rs-followed"):
+                wait_until(
+                    lambda name=name: name in {j.name for j in client.list_jobs()},
+                    f"job {name} to be submitted",
+                    poll=0.5,
+                )
+                assert client.wait_for_job_status(name, timeout=300).status == "Complete"
+            followed = page.locator(".jp-Notebook .jp-CodeCell").nth(2)
+            expect(followed.locator(".kf-monitor-static.kf-status-complete")).to_be_visible(
+                timeout=60_000
+            )
+            page.wait_for_timeout(5000)  # the --no-wait monitor's last poll and update
+            page.keyboard.press("Control+s")
+            expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
+            _restart_kernel(page)
+            page.close()
+            pages = [("lab", f"/lab/tree/{nb}?reset"), ("notebook7", f"/notebooks/{nb}?")]
+            for front, path in pages:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{lab['url']}{path}&token={lab['token']}")
+                page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+                for i, name in ((1, "rs-later"), (2, "rs-followed")):
+                    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(i)
+                    static = cell.locator(".kf-monitor-static.kf-status-complete")
+                    expect(static).to_be_visible(timeout=60_000)
+                    expect(static).to_contain_text(name)
+                    expect(static).to_contain_text("step 5 done")
+                    expect(cell).not_to_contain_text("model not found")
+                page.wait_for_timeout(2000)  # the widget manager has restored by now
+                expect(page.locator(".jp-Notebook")).not_to_contain_text("Error displaying")
+                page.screenshot(path=str(ARTIFACTS / f"widget-after-restart-{front}.png"))
+                page.close()
+        except Exception:
+            if not page.is_closed():
+                page.screenshot(path=str(ARTIFACTS / "widget-after-restart-failure.png"))
+            raise
+        finally:
+            browser.close()
+    saved = json.loads((lab["notebooks"] / nb).read_text())
+    for cell in saved["cells"][1:]:
+        kinds = {k for out in cell["outputs"] for k in out.get("data", {})}
+        assert "application/vnd.jupyter.widget-view+json" not in kinds, kinds

@@ -1,4 +1,4 @@
-import { MetricSeries } from '../metrics';
+import { chartGeometry, MetricSeries } from '../metrics';
 import { overlayGeometry, stdoutMetric } from '../overlay';
 import { bestTrial, curveObjective, parseSweepPayload } from '../sweepmodel';
 
@@ -77,5 +77,29 @@ describe('overlay', () => {
     expect([g.yMin, g.yMax, g.xMin, g.xMax]).toEqual([1, 4, 0, 1]);
     expect(g.paths.get('a')).toBe('M0,66.67 L100,100');
     expect(g.paths.get('b')).toBe('M0,0');
+  });
+});
+
+describe('overlayGeometry and chartGeometry', () => {
+  it('scale one line the same way (one helper)', () => {
+    const points = [
+      { step: 3, value: 0.5 },
+      { step: 7, value: 0.25 },
+      { step: 9, value: 0.75 }
+    ];
+    const one = chartGeometry(points, 200, 80, 4);
+    const over = overlayGeometry([{ key: 'r', points }], 200, 80, 4);
+    expect(over.paths.get('r')).toBe(one.path);
+    expect([over.xMin, over.xMax, over.yMin, over.yMax]).toEqual([one.xMin, one.xMax, one.yMin, one.yMax]);
+  });
+  it('give an empty range without points, and "" for a run with none among others', () => {
+    expect(overlayGeometry([{ key: 'r', points: [] }]).paths.size).toBe(0);
+    expect(chartGeometry([], 10, 10)).toEqual({ path: '', xMin: 0, xMax: 1, yMin: 0, yMax: 1 });
+    const g = overlayGeometry([
+      { key: 'a', points: [{ step: 1, value: 1 }] },
+      { key: 'b', points: [] }
+    ]);
+    expect(g.paths.get('b')).toBe('');
+    expect([g.xMin, g.xMax, g.yMin, g.yMax]).toEqual([0, 2, 0.9, 1.1]);
   });
 });
