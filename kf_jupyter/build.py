@@ -27,7 +27,7 @@ from .constants import (
     TRAINJOB_KIND,
 )
 from .errors import OptionError, RuntimeMismatchError, ValidationError
-from .options import KUBERNETES, Name, apply_options, backend_name
+from .options import KUBERNETES, Name, PodSecurity, apply_options, backend_name
 from .policies import (
     OWN_ENV_PREFIX,
     TRAINER_POLICIES,
@@ -234,6 +234,10 @@ def build_trainjob(
         },
     }
     apply_options(job, options, trainer, backend)
+    if backend_name(backend) == KUBERNETES:  # once all options ran: on the runtime's jobs
+        for o in options:
+            if isinstance(o, PodSecurity):
+                o.apply(job, runtime)
     validate_job_name(job["metadata"]["name"])
     if not job["spec"]["trainer"]:
         del job["spec"]["trainer"]

@@ -172,6 +172,13 @@ def summary_lines(
         lines.append("workspace  none shipped")
     patches = _patches(job)
     lines.append(f"patches    {'; '.join(patches) if patches else 'none'}")
+    pss = plan.get("pod_security")
+    if isinstance(pss, Mapping):  # the namespace enforces a Pod Security level
+        refused = pss.get("refused")
+        lines.append(
+            f"security   {pss.get('level')}: "
+            + (f"REFUSED, train() would stop here. {refused}" if refused else "the pods pass")
+        )
     return lines
 
 

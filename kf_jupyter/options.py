@@ -324,6 +324,78 @@ class RuntimePatch(_Option):
         patches.append({"manager": self.manager, "trainingRuntimeSpec": self.training_runtime_spec})
 
 
+@dataclass
+class PodSecurity(_Option):
+    """Make every pod of the job pass a namespace's Pod Security level (`restricted`).
+
+    Sets, through kf-jupyter's runtime patch, on every replicated job of the runtime: the pod's
+    `runAsNonRoot: true`, `runAsUser` (`run_as_user`, 1000 by default) and
+    `seccompProfile: RuntimeDefault`, and on each of its containers and init containers
+    `allowPrivilegeEscalation: false` and `capabilities: {drop: [ALL]}`. The command then runs
+    as a non-root user whose $HOME may not be writable (it works in a writable temporary
+    folder). Kubernetes backend only (skipped locally with a warning).
+    """
+
+    level: str = "restricted"
+    run_as_user: int = 1000
+    backends: ClassVar[frozenset[str]] = frozenset({KUBERNETES})
+    placement: ClassVar[bool] = True
+    unique: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.level != "restricted":
+            raise OptionError(
+                f"PodSecurity takes level 'restricted', got {self.level!r}: the default "
+                "runtimes' pods already pass 'baseline', and 'privileged' asks nothing."
+            )
+        if (
+            isinstance(self.run_as_user, bool)
+            or not isinstance(self.run_as_user, int)
+            or self.run_as_user <= 0
+        ):
+            raise OptionError(
+                f"PodSecurity(run_as_user=...) takes a non-root user id (an int > 0), got "
+                f"{self.run_as_user!r}."
+            )
+
+    def __call__(self, job_spec: dict[str, Any], trainer: Any, backend: Any) -> None:
+        # the fields go on every replicated job of the runtime: build_trainjob calls `apply`
+        # with it once every option has run
+        self._check_backend(backend)
+
+    def apply(self, job_spec: dict[str, Any], runtime: Any) -> None:
+        """Write the fields into kf-jupyter's runtime patch for each of `runtime`'s replicated
+        jobs (merged with what other options put there)."""
+        from .pod_security import restricted_patch
+
+        template = _runtime_patch(job_spec)
+        jobs = template.setdefault("spec", {}).setdefault("replicatedJobs", [])
+        targets = [
+            (rj.name, [c for c in rj.containers if c not in rj.init_containers],
+             list(rj.init_containers))
+            for rj in runtime.replicated_jobs
+        ]  # fmt: skip
+        if not targets:  # the template is unknown (an offline dry run): the trainer's jobs
+            names = dict.fromkeys(["node", getattr(runtime, "trainer_job", "node") or "node"])
+            targets = [(n, [TRAINER_CONTAINER], []) for n in names]
+        for name, containers, inits in targets:
+            entry = next((j for j in jobs if j.get("name") == name), None)
+            if entry is None:
+                entry = {"name": name, "template": {"spec": {"template": {}}}}
+                jobs.append(entry)
+            pod = entry["template"]["spec"]["template"].setdefault("spec", {})
+            patch = restricted_patch(containers, inits, self.run_as_user)
+            pod.setdefault("securityContext", {}).update(patch["securityContext"])
+            for key in ("initContainers", "containers"):
+                have = pod.setdefault(key, []) if patch.get(key) else pod.get(key, [])
+                for c in patch.get(key) or []:
+                    mine = next((x for x in have if x.get("name") == c["name"]), None)
+                    if mine is None:
+                        have.append(c)
+                    else:
+                        mine.setdefault("securityContext", {}).update(c["securityContext"])
+
+
 def _check_argv(what: str, items: Any) -> list[str]:
     if isinstance(items, str) or not isinstance(items, list | tuple):
         raise OptionError(f"{what} takes a list of strings, for example ['python', 'train.py'].")
@@ -514,6 +586,7 @@ __all__ = [
     "ManagedBy",
     "Name",
     "Option",
+    "PodSecurity",
     "PodSpecOverride",
     "PodTemplateOverride",
     "PodTemplateOverrides",

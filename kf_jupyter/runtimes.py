@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ class ReplicatedJob:
     replicas: int = 1
     parallelism: int = 1
     containers: tuple[str, ...] = ()
+    #: Of `containers`, the init containers.
+    init_containers: tuple[str, ...] = ()
+    #: The pod spec of the runtime's template (what Pod Security admission reads of it).
+    pod: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,10 @@ def _replicated_jobs(spec: Mapping[str, Any]) -> tuple[ReplicatedJob, ...]:
                 replicas=int(rj.get("replicas") or 1),
                 parallelism=int(job_spec.get("parallelism") or 1),
                 containers=tuple(str(n) for n in names),
+                init_containers=tuple(
+                    str(c.get("name", "")) for c in pod.get("initContainers") or []
+                ),
+                pod=copy.deepcopy(dict(pod)),
             )
         )
     return tuple(out)

@@ -26,6 +26,7 @@ from kf_jupyter.options import (
     Labels,
     ManagedBy,
     Name,
+    PodSecurity,
     PodSpecOverride,
     PodTemplateOverride,
     PodTemplateOverrides,
@@ -39,7 +40,8 @@ from kf_jupyter.options import (
 )
 from kf_jupyter.runtimes import Runtime
 from tests.k8s_cluster.crds import load_runtimes
-from tests.k8s_cluster.trainer_model import strategic_merge
+from tests.k8s_cluster.pod_security import violations
+from tests.k8s_cluster.trainer_model import build_jobset, strategic_merge
 from tests.manifests import assert_valid_trainjob, cluster_refusals
 
 RUNTIMES = {r["metadata"]["name"]: r for r in load_runtimes()}
@@ -93,7 +95,11 @@ def _options(runtime: str) -> list[list[Any]]:
         [Queue("team-q")],
         [Queue("team-q"), ManagedBy("kueue.x-k8s.io/multikueue")],
         [ManagedBy("trainer.kubeflow.org/trainjob-controller"), override, raw],
+        [PodSecurity(), override, raw, Queue("team-q")],
     ]
+
+
+OPTION_SETS = len(_options("torch-distributed"))
 
 
 def _build(runtime: str, trainer: Any, options: list[Any], ws: bool, folder: Path) -> Any:
@@ -152,7 +158,7 @@ def test_every_trainjob_the_tool_builds_passes_the_cluster(folder: Path) -> None
     failures: list[str] = []
     seen: set[tuple[str, int, bool]] = set()
     for k, (runtime, trainer) in enumerate(TRAINERS):
-        opt_i, ws = k % 8, k % 3 != 0
+        opt_i, ws = k % OPTION_SETS, k % 3 != 0
         seen.add((runtime, opt_i, ws))
         options = _options(runtime)[opt_i]
         job = _build(runtime, trainer, options, ws, folder)
@@ -160,6 +166,12 @@ def test_every_trainjob_the_tool_builds_passes_the_cluster(folder: Path) -> None
         rt = RUNTIMES[runtime]
         where = f"{runtime} {type(trainer).__name__} {trainer.num_nodes} nodes options#{opt_i}"
         failures += [f"{where}: {r}" for r in cluster_refusals(job, rt)]
+        if any(isinstance(o, PodSecurity) for o in options):  # every pod passes restricted
+            for rj in build_jobset(job, rt)["spec"]["replicatedJobs"]:
+                pod = rj["template"]["spec"]["template"]["spec"]
+                failures += [
+                    f"{where} {rj['name']} pods: {v}" for v in violations(pod, "restricted")
+                ]
         created = _created(job)
         # suspend, then resume, as suspend_job / resume_job patch it
         suspended = _merge(created, suspend_patch(True))
@@ -184,7 +196,7 @@ def test_every_trainjob_the_tool_builds_passes_the_cluster(folder: Path) -> None
     assert not failures, "\n".join(failures[:20])
     assert checked == len(TRAINERS)
     for runtime in {r for r, _ in TRAINERS}:
-        assert {o for r, o, _ in seen if r == runtime} == set(range(8)), runtime
+        assert {o for r, o, _ in seen if r == runtime} == set(range(OPTION_SETS)), runtime
         assert {w for r, _, w in seen if r == runtime} == {True, False}, runtime
 
 

@@ -154,6 +154,23 @@ def test_dry_run_kubernetes_manifest_validates_against_crd(shell, capsys):
     assert local_jobs(shell) == []
 
 
+def test_pod_security_flag_puts_the_restricted_fields_on_every_pod(shell, capsys):
+    cell = "%%mpitrain --backend kubernetes --dry-run --pod-security restricted\nprint(1)\n"
+    result, out, err = run(shell, capsys, cell)
+    assert result.success, out + err
+    manifest = next(yaml.safe_load_all(out))
+    [patch] = [
+        p for p in manifest["spec"]["runtimePatches"] if p["manager"] == "kf-jupyter.io/kf-jupyter"
+    ]
+    jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert {j["name"] for j in jobs} == {"launcher", "node"}
+    for j in jobs:
+        pod = j["template"]["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert_valid_trainjob(manifest)
+
+
 def test_dry_run_local_prints_plan_and_submits_nothing(shell, capsys):
     result, out, err = run(shell, capsys, "%%mpitrain -n 1 -p 2 --dry-run\nprint('hi')\n")
     assert result.success, out + err

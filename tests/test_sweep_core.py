@@ -233,3 +233,55 @@ def test_the_backend_config_picks_the_backend_as_trainer_client_does(tmp_path) -
     assert OptimizerClient(LocalBackendConfig(state_dir=tmp_path)).list_jobs() == []
     with pytest.raises(ValidationError, match="Invalid backend config"):
         OptimizerClient("local")  # type: ignore[arg-type]
+
+
+def test_a_driver_that_fails_says_so_in_the_record() -> None:
+    """`run_to_end` (both drivers, local and Kubernetes): an error the engine does not handle
+    itself marks the record Failed / DriverFailed with the error, then goes on (driver.log)."""
+    from kf_jupyter.trainers import TorchTrainer
+
+    class Client:
+        backend_name = "fake"
+
+        def train(self, trainer, runtime=None, runtime_config=None, options=None):
+            raise KeyboardInterrupt("the driver was stopped")
+
+    def f(x):
+        pass
+
+    spec = eng.SweepSpec(name="sw", params=parse_space({"x": Search.uniform(0, 1)}), num_trials=2)
+    store = eng.MemoryStore()
+    engine = eng.SweepEngine(Client(), spec, eng.TrialTemplate(TorchTrainer(func=f)), store)
+    with pytest.raises(KeyboardInterrupt):
+        eng.run_to_end(engine, store)
+    assert (store.record["status"], store.record["reason"]) == ("Failed", "DriverFailed")
+    assert store.record["message"] == (
+        "The sweep's driver failed: KeyboardInterrupt: the driver was stopped"
+    )
+    assert store.record["finished"]
+
+
+def test_a_driver_reads_its_handover_and_removes_what_it_is_told(tmp_path) -> None:
+    """`read_handover`: the template and config come back; the named files are gone after, even
+    when reading failed (the Kubernetes driver's config may carry a token)."""
+    import pickle
+
+    from kf_jupyter.backends.local.config import LocalBackendConfig
+    from kf_jupyter.sweeps.local import encode_template, read_handover
+    from kf_jupyter.trainers import TorchTrainer
+
+    def f(x):
+        return x
+
+    config = LocalBackendConfig(state_dir=tmp_path / "state")
+    (tmp_path / "template.pkl").write_bytes(
+        encode_template(eng.TrialTemplate(TorchTrainer(func=f)))
+    )
+    (tmp_path / "config.pkl").write_bytes(pickle.dumps(config))
+    template, got = read_handover(tmp_path, remove=("template.pkl",))
+    assert got == config and "def f(x)" in template.trainer.func.__kf_source__
+    assert not (tmp_path / "template.pkl").exists() and (tmp_path / "config.pkl").exists()
+    (tmp_path / "template.pkl").write_bytes(b"not a pickle")
+    with pytest.raises(pickle.UnpicklingError):
+        read_handover(tmp_path, remove=("template.pkl", "config.pkl"))
+    assert not (tmp_path / "template.pkl").exists() and not (tmp_path / "config.pkl").exists()

@@ -153,6 +153,12 @@ def _training_args(framework: str) -> Any:
         ma.argument("--config", default=None, help="variable: a RuntimeConfig or its form"),
         ma.argument("--options", default=None, help="variable: a list of options or the form"),
         ma.argument("--queue", default=None, help="Kueue LocalQueue (placement-only locally)"),
+        ma.argument(
+            "--pod-security",
+            default=None,
+            choices=["restricted"],
+            help="make the pods pass a namespace's Pod Security level (placement-only locally)",
+        ),
         ma.argument("--workspace", default=None, help="folder shipped (default: the cwd)"),
         ma.argument("--no-workspace", action="store_true", help="ship no folder"),
         ma.argument("--workspace-limit", default=None, help="e.g. 16MiB (default 4MiB)"),
@@ -581,6 +587,10 @@ class KubeflowMagics(Magics):
             from ..options import Queue
 
             out.append(Queue(args.queue))
+        if getattr(args, "pod_security", None):
+            from ..options import PodSecurity
+
+            out.append(PodSecurity(args.pod_security))
         if getattr(args, "no_warm", False):
             from ..options import Warm
 

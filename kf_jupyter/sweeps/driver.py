@@ -7,9 +7,7 @@ SIGTERM (or the folder's `cancel` file) cancels the sweep.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pickle
 import signal
 import sys
 from pathlib import Path
@@ -20,7 +18,7 @@ def main(folder: str) -> None:
     from ..backends.local import supervisor as sv
     from ..client import TrainerClient
     from . import engine as eng
-    from .local import FileStore, cpu_budget, decode_template
+    from .local import FileStore, cpu_budget, read_handover
 
     os.umask(0o077)
     d = Path(folder)
@@ -29,29 +27,11 @@ def main(folder: str) -> None:
     record = sv.read_json(str(d / "sweep.json"))
     record["driver_pid"] = os.getpid()
     record["driver_create_time"] = sv.process_identity(os.getpid())
-    try:
-        template = decode_template((d / "template.pkl").read_bytes())
-        with open(d / "config.pkl", "rb") as fh:
-            config = pickle.load(fh)
-    finally:
-        for f in ("template.pkl",):
-            with contextlib.suppress(OSError):
-                (d / f).unlink()
+    template, config = read_handover(d, remove=("template.pkl",))
     spec = eng.SweepSpec.from_dict(record["spec"])
     client = TrainerClient(config)
     engine = eng.SweepEngine(client, spec, template, store, record=record, cpu_budget=cpu_budget())
-    try:
-        engine.run()
-    except BaseException as exc:  # say it in the record, then let it show in driver.log
-        with contextlib.suppress(Exception):
-            engine.record.update(
-                status=eng.FAILED,
-                reason="DriverFailed",
-                message=f"The sweep's driver failed: {type(exc).__name__}: {exc}",
-                finished=eng.now_iso(),
-            )
-            store.save(engine.record)
-        raise
+    eng.run_to_end(engine, store)
 
 
 if __name__ == "__main__":

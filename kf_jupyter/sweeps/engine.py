@@ -229,6 +229,23 @@ class MemoryStore:
         return self.cancelled
 
 
+def run_to_end(engine: SweepEngine, store: SweepStore) -> None:
+    """A driver's run of `engine`: if the driver itself fails, the sweep's record says so
+    (Failed, reason DriverFailed, the error) before the error goes on to the driver's log."""
+    try:
+        engine.run()
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            engine.record.update(
+                status=FAILED,
+                reason="DriverFailed",
+                message=f"The sweep's driver failed: {type(exc).__name__}: {exc}",
+                finished=now_iso(),
+            )
+            store.save(engine.record)
+        raise
+
+
 def new_record(spec: SweepSpec, backend: str, extra: dict[str, Any] | None = None) -> dict:
     """The record of a sweep not started yet: every trial `Pending`."""
     trials = [

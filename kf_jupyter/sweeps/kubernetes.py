@@ -456,19 +456,12 @@ def cancel_trial(client: Any, name: str) -> None:
 
 def main(folder: str) -> None:
     """The driver: run the sweep whose hand-over files are in `folder` to its end."""
-    from .local import decode_template
+    from .local import read_handover
 
     os.umask(0o077)
     eng.LIVE_READ_SECONDS = LIVE_READ_SECONDS  # this process runs one cluster sweep only
     d = Path(folder)
-    try:
-        template = decode_template((d / "template.pkl").read_bytes())
-        with open(d / "config.pkl", "rb") as fh:
-            config = pickle.load(fh)  # our own owner-only file
-    finally:
-        for f in ("template.pkl", "config.pkl"):  # the config may carry a token
-            with contextlib.suppress(OSError):
-                (d / f).unlink()
+    template, config = read_handover(d, remove=("template.pkl", "config.pkl"))
     sweeps = KubernetesSweeps(config)
     name = d.name
     store = ConfigMapStore(sweeps.api, name)
@@ -488,18 +481,7 @@ def main(folder: str) -> None:
         poll_seconds=POLL_SECONDS,
         cancel_trial=lambda job: cancel_trial(sweeps.client, job),
     )
-    try:
-        engine.run()
-    except BaseException as exc:  # say it in the record, then let it show in driver.log
-        with contextlib.suppress(Exception):
-            engine.record.update(
-                status=eng.FAILED,
-                reason="DriverFailed",
-                message=f"The sweep's driver failed: {type(exc).__name__}: {exc}",
-                finished=eng.now_iso(),
-            )
-            store.save(engine.record)
-        raise
+    eng.run_to_end(engine, store)
 
 
 __all__ = [

@@ -111,6 +111,21 @@ def decode_template(data: bytes) -> eng.TrialTemplate:
     return t
 
 
+def read_handover(folder: Path, remove: tuple[str, ...]) -> tuple[eng.TrialTemplate, Any]:
+    """What a sweep's driver is handed in its folder: the trial template (`template.pkl`) and
+    the backend config (`config.pkl`, our own owner-only file). The files named in `remove`
+    are deleted once read, whether reading worked or not (a config may carry a token)."""
+    try:
+        template = decode_template((folder / "template.pkl").read_bytes())
+        with open(folder / "config.pkl", "rb") as fh:
+            config = pickle.load(fh)
+    finally:
+        for f in remove:
+            with contextlib.suppress(OSError):
+                (folder / f).unlink()
+    return template, config
+
+
 # -- the record on disk ------------------------------------------------------------------------
 
 

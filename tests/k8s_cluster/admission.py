@@ -13,7 +13,10 @@ certificate of the harness's CA) is registered with the API server as:
   ClusterTrainingRuntime create/update): every CEL rule of the CRDs (``cel.py``), refusing as the
   API server's own CRD validation does (422 Invalid, ``Kind.group "name" is invalid: ...``);
 - ``mjobset.kb.io`` / ``vjobset.kb.io`` (JobSet create): the JobSet defaulter's completion mode and
-  the JobSet webhook's name-length checks, refusing with ``apierrors.NewInvalid`` (422).
+  the JobSet webhook's name-length checks, refusing with ``apierrors.NewInvalid`` (422);
+- ``pod-security.harness.kf-jupyter.io`` (pod create): the API server's own PodSecurity admission
+  for namespaces labelled ``pod-security.kubernetes.io/enforce`` (``pod_security.py``), refusing
+  with 403 Forbidden and the real text (``pods "X" is forbidden: violates PodSecurity ...``).
 
 The API server prefixes every refusal with ``admission webhook "<name>" denied the request: ``,
 which a real cluster does for the Trainer and JobSet webhooks but not for its own CEL rules (the
@@ -32,12 +35,14 @@ import threading
 import time
 from typing import Any
 
-from tests.k8s_cluster import trainer_model
+from tests.k8s_cluster import pod_security, trainer_model
 from tests.k8s_cluster.cel import cel_errors
 
 log = logging.getLogger("k8s-admission")
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 CEL_WEBHOOK = "x-kubernetes-validations.harness.kf-jupyter.io"
+#: Plays the API server's built-in PodSecurity admission (which kube-apiserver 1.20 lacks).
+POD_SECURITY_WEBHOOK = "pod-security.harness.kf-jupyter.io"
 KINDS = {"trainjobs": "TrainJob", "trainingruntimes": "TrainingRuntime",
          "clustertrainingruntimes": "ClusterTrainingRuntime"}  # fmt: skip
 
@@ -170,6 +175,14 @@ class AdmissionServer:
                         ["CREATE"],
                         "v1alpha2",
                     ),
+                    hook(
+                        POD_SECURITY_WEBHOOK,
+                        "/validate-pod-security",
+                        "",
+                        ["pods"],
+                        ["CREATE"],
+                        "v1",
+                    ),
                 ],
             }
         )
@@ -244,6 +257,11 @@ class AdmissionServer:
                     resp.update(allowed=False, status=_invalid(f"{kind}.{GROUP}", kind, name,
                                                                 [(e.field, str(e)) for e in errors]))  # fmt: skip
                     self.refusals.append((CEL_WEBHOOK, str(errors)))
+        elif path == "/validate-pod-security":
+            message = self._pod_security(request, obj)
+            if message:
+                resp.update(allowed=False, status=_denied(message))
+                self.refusals.append((POD_SECURITY_WEBHOOK, message))
         elif path == "/validate-jobset":
             errs = trainer_model.jobset_errors(obj)
             if errs:
@@ -253,6 +271,14 @@ class AdmissionServer:
                 resp.update(allowed=False, status=status)
                 self.refusals.append(("vjobset.kb.io", msg))
         return resp
+
+    def _pod_security(self, request: dict[str, Any], pod: dict[str, Any]) -> str | None:
+        """Pod Security admission's refusal of a pod (``pod_security.py``), None when admitted."""
+        from kubernetes import client
+
+        ns = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
+        namespace = client.CoreV1Api(self._api).read_namespace(ns, _request_timeout=10)
+        return pod_security.refusal(pod, namespace.metadata.labels)
 
     def _default_trainjob(self, obj: dict[str, Any], old: dict[str, Any] | None) -> list[Any]:
         """trainjob_webhook.go Default: stamp each runtime patch's time (kept when unchanged)."""

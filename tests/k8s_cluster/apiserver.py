@@ -238,6 +238,8 @@ class ApiServer:
             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
             "--enable-admission-plugins=NamespaceLifecycle",
             "--disable-admission-plugins=ServiceAccount",
+            # as kubeadm and managed clusters run it: privileged pods are Pod Security's call
+            "--allow-privileged=true",
             f"--cert-dir={self.dir / 'cert-dir'}",
         ]  # fmt: skip
         self._apiserver = self._spawn(args, self.log_files["apiserver"])

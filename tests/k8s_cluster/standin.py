@@ -52,6 +52,10 @@ are made from its replicated jobs. Kueue is played for queued TrainJobs (``_kueu
 ``activeDeadlineSeconds``: when it runs out (from creation, or from the resume) the TrainJob
 fails with ``DeadlineExceeded`` and its JobSet and pods are deleted, as the Trainer does.
 
+Pods the API server refuses (the Pod Security webhook, ``pod_security.py``): no pod, a
+``FailedCreate`` event on the Job a real cluster would have, retried with the Job controller's
+back-off (``pod_creation.py``).
+
 Not modelled: restarts, pod deletion by users, log timestamps.
 """
 
@@ -88,6 +92,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.k8s_cluster import mpirun_standin, reconcile_events, trainer_plugins, tune_standin
 from tests.k8s_cluster.apiserver import free_port
+from tests.k8s_cluster.pod_creation import create_pods
 from tests.k8s_cluster.trainer_model import build_jobset
 
 log = logging.getLogger("k8s-standin")
@@ -584,6 +589,8 @@ class StandIn:
                     }
                 ],
             }
+            if ctr.get("securityContext"):  # (Pod Security admission reads it)
+                spec["containers"][0]["securityContext"] = ctr["securityContext"]
             for key in POD_FIELDS:  # what the (patched) pod template sets
                 if tmpl.get("spec", {}).get(key) is not None:
                     spec[key] = tmpl["spec"][key]
@@ -920,12 +927,9 @@ class StandIn:
 
     def _run_stage(self, job: JobRun, tj: dict[str, Any], stage: list[PodRun]) -> list[PodRun]:
         """Create and run one stage's pods until one fails (returned) or all succeed."""
-        for pod in stage:
-            if job.cancelled.is_set():
-                return []
-            self._create_pod(pod)
-            with self._lock:
-                self._pods[(pod.namespace, pod.name)] = pod
+        # a refused pod is no pod: FailedCreate on its Job, retried with back-off
+        if not create_pods(self, job, tj, stage):
+            return []
         last_retry = 0.0
         failed: list[PodRun] = []
         while not job.cancelled.is_set():

@@ -23,6 +23,8 @@ from .watch import ObjectWatch
 
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 REQUEST_TIMEOUT = (10, 120)  # connect, read (seconds) for ordinary requests
+#: The events that can say why a TrainJob does not start (pods' own warnings are read elsewhere).
+WARNINGS_NOT_PODS = "type=Warning,involvedObject.kind!=Pod"
 
 
 def _watch_args(rv: str, seconds: int) -> dict[str, Any]:
@@ -220,34 +222,35 @@ class KubeApi:
         return ObjectWatch(list_fn, watch_fn, lambda e: self._error(e, where), deadline, stop)
 
     def trainjob_warnings(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Warning events about TrainJobs of the namespace (or the one named): the Trainer
-        reports a failed reconcile (its JobSet refused, ...) only this way."""
-        field = "involvedObject.kind=TrainJob" + (f",involvedObject.name={name}" if name else "")
+        """Warning events about anything but pods in the namespace (one request, filtered by the
+        API server): the Trainer reports a failed reconcile only as an event about the TrainJob,
+        the Job controller a pod the API server refused only as one about the Job
+        (`status.reconcile_failure` picks the job's). `name` is kept for the callers' sake."""
         data = self._json(
             Where("list", "events", self.namespace),
             self.core.list_namespaced_event,
             self.namespace,
-            field_selector=field,
+            field_selector=WARNINGS_NOT_PODS,
         )
         return [e for e in data.get("items") or [] if e.get("type") == "Warning"]
 
     def trainjob_event_watch(
         self, name: str, deadline: float | None = None, stop: threading.Event | None = None
     ) -> ObjectWatch:
-        """A list-then-watch of the events about the one TrainJob."""
-        field = f"involvedObject.kind=TrainJob,involvedObject.name={name}"
+        """A list-then-watch of the Warning events about anything but pods (the TrainJob's and
+        its Jobs' among them)."""
 
         def list_fn() -> Any:
             return self.core.list_namespaced_event(
                 self.namespace,
-                field_selector=field,
+                field_selector=WARNINGS_NOT_PODS,
                 _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT,
             )
 
         def watch_fn(rv: str, seconds: int) -> Any:
             return self.core.list_namespaced_event(
-                self.namespace, field_selector=field, **_watch_args(rv, seconds)
+                self.namespace, field_selector=WARNINGS_NOT_PODS, **_watch_args(rv, seconds)
             )
 
         where = Where("watch", "events", self.namespace)

@@ -10,14 +10,17 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ... import pod_security
 from ...build import build_trainjob, describe_processes, fit_runtime_patches, job_shape
 from ...config import RuntimeConfig, mask_object, mask_secrets
 from ...constants import (
     FRAMEWORK_ANNOTATION,
     GROUP,
     JOBSET_NAME_LABEL,
+    LAUNCHER_JOB,
     MULTIKUEUE_MANAGER,
     QUEUE_LABEL,
+    STEP_NAMES,
     SUSPENDED_BY_USER_ANNOTATION,
     TRAINJOB_PLURAL,
     VERSION,
@@ -42,7 +45,13 @@ from .api import REQUEST_TIMEOUT
 from .errors import Where
 from .pods import POD_SELECTOR, newest_pods, pod_selector, pod_step
 from .runtimes import RuntimesMixin
-from .status import DEADLINE_EXCEEDED, conditions, job_status, reconcile_failure
+from .status import (
+    DEADLINE_EXCEEDED,
+    conditions,
+    job_status,
+    reconcile_failure,
+    will_not_start,
+)
 from .waiting import pods_phase
 from .watch import SYNC
 
@@ -57,20 +66,24 @@ def suspend_patch(suspend: bool) -> dict[str, Any]:
     }
 
 
+def _rjob_names(rt: Runtime | None) -> tuple[str, ...]:
+    """The replicated jobs whose Jobs' events may be about a TrainJob on runtime `rt`."""
+    return tuple(rj.name for rj in rt.replicated_jobs) if rt and rt.replicated_jobs else STEP_NAMES
+
+
+def _pods_missing(job: TrainJob) -> bool:
+    """A Created job with no reason yet and fewer trainer pods than nodes: pods that do not exist
+    (a failed reconcile, a refused pod) are explained only by events."""
+    if job.status != CREATED or job.reason:
+        return False
+    trainers = [s for s in job.steps if s.name == LAUNCHER_JOB or s.name.startswith("node-")]
+    return len(trainers) < max(1, job.num_nodes)
+
+
 class JobsMixin(RuntimesMixin):
     """The TrainJob calls of the backend protocol."""
 
     # -- submit -----------------------------------------------------------------------------
-    def _build(
-        self,
-        trainer: BaseTrainer,
-        runtime: Runtime | str | None,
-        runtime_config: RuntimeConfig | None,
-        options: Iterable[Any] | None,
-    ) -> dict[str, Any]:
-        rt = resolve_runtime_arg(self, trainer, runtime)
-        return build_trainjob(trainer, rt, runtime_config, options, backend=self)
-
     def dry_run(
         self,
         trainer: BaseTrainer,
@@ -85,13 +98,39 @@ class JobsMixin(RuntimesMixin):
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         fit_runtime_patches(job, kueue=self._serves_kueue)
         shape = job_shape(trainer, rt, job["metadata"]["name"])
+        labels = self._namespace_labels()
+        refused = pod_security.refusal(job, rt, labels, self.namespace)
+        enforced = pod_security.enforced_level(labels)
         # A preview is printed and shown: credentials in index URLs are masked (train() sends
         # the real ones).
         return mask_object(
             {"backend": self.name, "namespace": self.namespace, "trainjob": job}
             | {"world": describe_processes(shape, trainer.policy)}
             | (carrier.preview() if carrier else {})
+            | (
+                {"pod_security": {"level": ":".join(enforced), "refused": refused}}
+                if enforced
+                else {}
+            )
         )
+
+    def _namespace_labels(self) -> dict[str, str] | None:
+        """The namespace's labels (its Pod Security level), None when they cannot be read (a
+        user without cluster-scoped `get namespaces` is common: then nothing is checked)."""
+        try:
+            ns = self.core.read_namespace(
+                self.namespace, _request_timeout=self.config.request_timeout or REQUEST_TIMEOUT
+            )
+        except Exception:
+            return None
+        return dict(ns.metadata.labels or {})
+
+    def _check_pod_security(self, job: dict[str, Any], rt: Runtime) -> None:
+        """Refuse, before submitting, a job whose pods the namespace's Pod Security level
+        would refuse one by one (the TrainJob would stay Created with only Job events)."""
+        refused = pod_security.refusal(job, rt, self._namespace_labels(), self.namespace)
+        if refused:
+            raise ValidationError(refused)
 
     def train(
         self,
@@ -101,9 +140,11 @@ class JobsMixin(RuntimesMixin):
         options: Iterable[Any] | None = None,
     ) -> str:
         """Create the TrainJob; return its name."""
-        job = self._build(trainer, runtime, runtime_config, options)
+        rt = resolve_runtime_arg(self, trainer, runtime)
+        job = build_trainjob(trainer, rt, runtime_config, options, backend=self)
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         fit_runtime_patches(job, kueue=self._serves_kueue)
+        self._check_pod_security(job, rt)
         name = job["metadata"]["name"]
         created = self._json(
             Where("create", TRAINJOB_PLURAL, self.namespace, name),
@@ -145,7 +186,8 @@ class JobsMixin(RuntimesMixin):
         chosen = newest_pods(pods) if pods is not None else None
         status, reason, message = job_status(obj, chosen, num_nodes)
         if status == CREATED and not reason and events:
-            reason, message = reconcile_failure(obj, events) or (reason, message)
+            found = reconcile_failure(obj, events, _rjob_names(rt))
+            reason, message = found or (reason, message)
         failure = failure_from_pods(chosen) if status == FAILED else None
         if spec.get("managedBy") == MULTIKUEUE_MANAGER and status == CREATED and not chosen:
             reason = "MultiKueue"
@@ -220,14 +262,15 @@ class JobsMixin(RuntimesMixin):
             self._to_trainjob(obj, pods_by_job.get(obj["metadata"]["name"], []), runtimes)
             for obj in items
         ]
-        if any(j.status == CREATED and not j.reason and not j.steps for j in jobs):
-            # a job without pods may never start: the Trainer says why only in an event
+        if any(_pods_missing(j) for j in jobs):
+            # a job whose pods do not exist may never start: the Trainer (a failed reconcile)
+            # and the Job controller (a refused pod) say why only in events
             events = self.trainjob_warnings()
             jobs = [
                 self._to_trainjob(
                     obj, pods_by_job.get(obj["metadata"]["name"], []), runtimes, events
                 )
-                if j.status == CREATED and not j.reason and not j.steps
+                if _pods_missing(j)
                 else j
                 for obj, j in zip(items, jobs, strict=True)
             ]
@@ -240,7 +283,7 @@ class JobsMixin(RuntimesMixin):
         pods = self._list_pods(pod_selector(name))
         runtimes = self._cached_runtimes() if self._needs_runtime(obj) else {}
         job = self._to_trainjob(obj, pods, runtimes)
-        if job.status == CREATED and not job.reason and not pods:
+        if _pods_missing(job):
             job = self._to_trainjob(obj, pods, runtimes, self.trainjob_warnings(name))
         return job
 
@@ -336,11 +379,13 @@ class JobsMixin(RuntimesMixin):
         follower: threading.Thread | None = None
 
         def follow_events(obj: dict[str, Any]) -> None:
-            """The Trainer's reconcile failures come only as events: stop the wait on one."""
+            """The Trainer's reconcile failures and the Job controller's Pod Security refusals
+            come only as events, and neither goes away by itself: stop the wait on one."""
+            rjobs = _rjob_names(self._runtime_of(obj, runtimes))
             try:
                 for etype, payload in events:
-                    found = reconcile_failure(obj, payload if etype == SYNC else [payload])
-                    if found is not None:
+                    found = reconcile_failure(obj, payload if etype == SYNC else [payload], rjobs)
+                    if found is not None and will_not_start(*found):
                         stuck.append(found)
                         watch.close()
                         return

@@ -5,10 +5,17 @@ Pure functions of the API's JSON (no requests).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from ...constants import LAUNCHER_JOB, NODE_JOB, QUEUE_LABEL, SUSPENDED_BY_USER_ANNOTATION
+from ...constants import (
+    LAUNCHER_JOB,
+    NODE_JOB,
+    QUEUE_LABEL,
+    STEP_NAMES,
+    SUSPENDED_BY_USER_ANNOTATION,
+)
 from ...progress import parse_time
 from ...types import COMPLETE, CREATED, FAILED, RUNNING, SUSPENDED
 from .pods import pod_phase, pod_source
@@ -112,27 +119,83 @@ def event_time(ev: dict[str, Any]) -> datetime:
     return datetime.min.replace(tzinfo=UTC)
 
 
-def reconcile_failure(obj: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str] | None:
-    """(reason, message) of the newest Warning event about this TrainJob (same uid), else None.
+#: The Job controller's reason when the API server refuses a pod (Pod Security, quota, ...).
+FAILED_CREATE = "FailedCreate"
+#: What Pod Security admission puts in a refusal ("violates PodSecurity "restricted:latest": ...").
+POD_SECURITY_REFUSAL = "violates PodSecurity"
+
+
+def _when(e: dict[str, Any]) -> str:
+    return str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or "")
+
+
+def _is_child_job(obj: dict[str, Any], job_name: str, rjobs: Iterable[str]) -> bool:
+    """`<trainjob>-<replicated job>-<index>`: a Job of this TrainJob's JobSet."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    rjob, _, index = job_name.removeprefix(name + "-").rpartition("-")
+    return job_name.startswith(name + "-") and index.isdigit() and rjob in rjobs
+
+
+def reconcile_failure(
+    obj: dict[str, Any], events: list[dict[str, Any]], rjobs: Iterable[str] = STEP_NAMES
+) -> tuple[str, str] | None:
+    """(reason, message) of why a Created TrainJob does not start, from Warning events; None
+    when none says.
 
     The Trainer reports a reconcile that fails (its JobSet refused by the JobSet webhook, a
-    runtime gone) only as a `TrainJobResourcesCreationFailed` event; the status stays empty.
+    runtime gone) only as a `TrainJobResourcesCreationFailed` event about the TrainJob (same
+    uid); the Job controller reports a pod the API server refuses (Pod Security admission, a
+    quota) only as a `FailedCreate` event about the Job (`<name>-<replicated job>-<index>`, no
+    pod exists; `rjobs` are the runtime's replicated jobs). The TrainJob's own event wins; of each kind the newest, and a Job's only when
+    it is not older than the TrainJob (an earlier job of the same name left its events).
     """
     meta = obj.get("metadata") or {}
     uid, name = meta.get("uid"), meta.get("name")
-    mine = [
-        e
-        for e in events
-        if e.get("type") == "Warning"
-        and (e.get("involvedObject") or {}).get("kind") == "TrainJob"
-        and (e.get("involvedObject") or {}).get("name") == name
-        and (e.get("involvedObject") or {}).get("uid") in (None, "", uid)
-    ]
-    if not mine:
+    created = str(meta.get("creationTimestamp") or "")
+    mine, jobs = [], []
+    for e in events:
+        inv = e.get("involvedObject") or {}
+        if e.get("type") != "Warning":
+            continue
+        if inv.get("kind") == "TrainJob" and inv.get("name") == name:
+            if inv.get("uid") in (None, "", uid):
+                mine.append(e)
+        elif (
+            inv.get("kind") == "Job"
+            and e.get("reason") == FAILED_CREATE
+            and _is_child_job(obj, str(inv.get("name") or ""), set(rjobs))
+            and _when(e) >= created
+        ):
+            jobs.append(e)
+    if mine:
+        ev = max(mine, key=event_time)
+        text = str(ev.get("message") or ev.get("reason") or "")
+        return (
+            str(ev.get("reason") or RECONCILE_FAILED),
+            f"The Kubeflow Trainer cannot create this job's pods, so it will not start: {text}",
+        )
+    if not jobs:
         return None
-    ev = max(mine, key=event_time)
-    text = str(ev.get("message") or ev.get("reason") or "")
-    return (
-        str(ev.get("reason") or RECONCILE_FAILED),
-        f"The Kubeflow Trainer cannot create this job's pods, so it will not start: {text}",
+    ev = max(jobs, key=_when)
+    text = str(ev.get("message") or "").removeprefix("Error creating: ")
+    job = (ev.get("involvedObject") or {}).get("name")
+    count = int(ev.get("count") or 1)
+    tries = f" ({count} tries so far)" if count > 1 else ""
+    message = (
+        f"The cluster refuses to create the pods of Job {job}, so the job does not start; the "
+        f"Job controller keeps retrying{tries}: {text}"
     )
+    if POD_SECURITY_REFUSAL in text:
+        message += (
+            " This namespace enforces a Pod Security level that the pods break, and that will "
+            "not change by itself: delete the job and submit it again with the PodSecurity"
+            "('restricted') option (it sets allowPrivilegeEscalation=false, drops all "
+            "capabilities, runAsNonRoot with a non-root user and the RuntimeDefault seccomp "
+            "profile on every container), or use a namespace without that label."
+        )
+    return FAILED_CREATE, message
+
+
+def will_not_start(reason: str, message: str) -> bool:
+    """A waiting reason that no wait will clear: a reconcile failure, a Pod Security refusal."""
+    return reason != FAILED_CREATE or POD_SECURITY_REFUSAL in message

@@ -368,7 +368,7 @@ class StatusEndpoint:
     in the socket's backlog).
     """
 
-    def __init__(self, job_dir: str, name: str) -> None:
+    def __init__(self, job_dir: str, name: str, start: bool = True) -> None:
         self.job_dir = job_dir
         self.name = name
         self.path = status_path(NAMESPACE, name)
@@ -393,7 +393,18 @@ class StatusEndpoint:
         self.ready = threading.Event()
         self._server: _Server | None = None
         self.thread = threading.Thread(target=self._serve, name="kf-status-endpoint", daemon=True)
-        self.thread.start()
+        self.started = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Serve from now on (once). `StatusEndpoint(..., start=False)` then `start()`: the
+        supervisor starts the job's processes between the two, so the thread's event loop and
+        TLS set-up do not take the GIL in turns with every system call of that start (issue
+        21); a request that comes first waits in the socket's backlog."""
+        if not self.started:
+            self.started = True
+            self.thread.start()
 
     def env(self) -> dict[str, str]:
         """The variables every rank gets (the CA only over https)."""
@@ -440,6 +451,10 @@ class StatusEndpoint:
 
     def close(self) -> None:
         """Stop serving (the supervisor is ending)."""
+        if not self.started:
+            with contextlib.suppress(Exception):
+                self.sock.close()
+            return
         self.ready.wait(10)
         self.closing = True
         server = self._server

@@ -896,7 +896,9 @@ class Supervisor:
         it cannot start."""
         try:
             mod = _load_sibling("status_endpoint")
-            self.status_endpoint = mod.StatusEndpoint(self.job_dir, str(self.spec.get("job", "")))
+            self.status_endpoint = mod.StatusEndpoint(
+                self.job_dir, str(self.spec.get("job", "")), start=False
+            )
             self.status_env = self.status_endpoint.env()
         except Exception as exc:
             self._event("Warning", "StatusEndpoint", f"no trainer status endpoint: {exc}")
@@ -1003,6 +1005,10 @@ class Supervisor:
             else:
                 self._finish(FAILED, REASON_FAILED, f"The job's processes could not start: {exc}")
             return 1
+        if self.status_endpoint is not None:
+            # Its thread starts once the processes have: its event loop and TLS set-up would
+            # take the GIL in turns with every system call of their start (issue 21).
+            self.status_endpoint.start()
         started = time.time()
         if self.cancel_signal is None and not self.suspended:
 

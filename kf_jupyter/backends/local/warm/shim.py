@@ -357,4 +357,12 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    _code = main(sys.argv)
+    # The node's exit reaches the supervisor as this process's: skip the interpreter's
+    # teardown (nothing here is left to flush or finalize), it is on every warm job's exit path.
+    for _stream in (sys.stdout, sys.stderr):
+        try:
+            _stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(_code if isinstance(_code, int) else 1)

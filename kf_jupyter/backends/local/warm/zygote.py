@@ -629,7 +629,8 @@ class Zygote:
         known.update(_descendants(pid))
         tag = self.tags.get(pid)
         if tag and tag[0]:
-            known.update(_adopted_of(tag, set(self.children)))
+            spares = {p for p, _sock, _ranks in self.spares}
+            known.update(_adopted_of(tag, set(self.children) | spares))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         _kill_known(known)
