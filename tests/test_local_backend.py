@@ -228,7 +228,7 @@ def test_rank_failure_fails_fast_names_rank_and_leaves_no_orphans(client):
 def test_delete_mid_run_kills_the_whole_tree(client):
     name = client.train(plain(2, func=sleeps_with_escaped_child))
     wait_until(
-        lambda: sum(1 for p in job_processes(name) if p.name() == "sleep") == 2,
+        lambda: len(job_processes(name, named="sleep")) == 2,
         what="both escaped children",
     )
     client.delete_job(name)
@@ -239,7 +239,7 @@ def test_delete_mid_run_kills_the_whole_tree(client):
 def test_cancel_keeps_the_record(client):
     name = client.train(plain(1, func=sleeps_with_escaped_child))
     client.wait_for_job_status(name, {"Running"}, timeout=DEADLINE)
-    wait_until(lambda: any(p.name() == "sleep" for p in job_processes(name)), what="child")
+    wait_until(lambda: bool(job_processes(name, named="sleep")), what="child")
     client.backend.cancel_job(name)
     assert_no_orphans(name)
     job = client.get_job(name)
@@ -379,8 +379,8 @@ def test_lost_supervisor_is_reported_and_delete_still_cleans_up(client):
 
     name = client.train(plain(1, func=sleeps_with_escaped_child))
     client.wait_for_job_status(name, {"Running"}, timeout=DEADLINE)
-    wait_until(lambda: any(p.name() == "sleep" for p in job_processes(name)), what="child")
-    child = next(p.pid for p in job_processes(name) if p.name() == "sleep")
+    wait_until(lambda: bool(job_processes(name, named="sleep")), what="child")
+    child = job_processes(name, named="sleep")[0].pid
     status_json = client.backend.jobs_dir / name / "status.json"
 
     def recorded() -> bool:  # the supervisor records descendants every second

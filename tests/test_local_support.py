@@ -17,12 +17,16 @@ from . import waits
 from .waits import DEADLINE
 
 
-def job_processes(name: str) -> list[psutil.Process]:
-    """Live processes started for job `name` (they carry KF_JUPYTER_JOB_NAME in their env)."""
+def job_processes(name: str, named: str | None = None) -> list[psutil.Process]:
+    """Live processes started for job `name` (they carry KF_JUPYTER_JOB_NAME in their env);
+    with `named`, only those whose process name is that (read here, where a process that
+    has just exited is skipped, not raised from the caller's `p.name()`)."""
     found = []
     for p in psutil.process_iter(["pid"]):
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if named is not None and p.name() != named:
                 continue
             if p.environ().get("KF_JUPYTER_JOB_NAME") == name:
                 found.append(p)
