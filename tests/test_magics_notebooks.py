@@ -281,6 +281,13 @@ def test_cancel_from_outside_ends_the_cell_short_and_kf_monitor_reattaches(state
     # --no-wait cell's and %kf_monitor's, by display id) with the static view, so a saved
     # notebook holds no widget a restarted kernel lacks (before: the live widget stayed).
     assert _text(nb.cells[6]).strip() == "2 [None, None]"
+    # The lab's live payload stays beside the static HTML (the lab extension goes on showing the
+    # ended job in its live monitor); only the widget view is gone.
     for i in (2, 3):
-        assert [set(o.data) for o in nb.cells[i].outputs] == [{"text/html", "text/plain"}], i
+        assert [set(o.data) for o in nb.cells[i].outputs] == [
+            {"application/vnd.kf-jupyter.job+json", "text/html", "text/plain"}
+        ], i
+        assert nb.cells[i].outputs[0].data["application/vnd.kf-jupyter.job+json"]["name"] == (
+            "nb-later"
+        )
         assert "kf-status-cancelled" in nb.cells[i].outputs[0].data["text/html"], i

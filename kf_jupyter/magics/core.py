@@ -810,7 +810,7 @@ class KubeflowMagics(Magics):
         from IPython.display import display
 
         from ..widgets.monitor import JobMonitor
-        from ..widgets.static import live_bundle
+        from ..widgets.static import MIME_TYPE, live_bundle
 
         monitor = JobMonitor(
             handle.client,
@@ -834,6 +834,7 @@ class KubeflowMagics(Magics):
         shown = display(bundle, raw=True, display_id=display_id)
         if not waiting:  # no cell waits for the job: the monitor replaces its output at the end
             monitor.display_id = display_id
+            monitor.live_payload = bundle.get(MIME_TYPE)
         monitor.start()
         return monitor, shown
 

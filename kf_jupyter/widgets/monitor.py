@@ -13,8 +13,11 @@ job's static view (`update_display`, see `JobMonitor.settle_display`). An update
 output by its display id, not by the cell that is running: JupyterLab and Notebook 7 route it to
 every output that showed that id, even in a cell that ended long ago (their kernel connection's
 `_handleDisplayId`), so the saved notebook holds the finished view, never a widget whose model
-a restarted kernel no longer has ("Error displaying widget: model not found"). An update adds no
-output anywhere (nbclient and nbval apply it to the outputs with that id, or ignore it).
+a restarted kernel no longer has ("Error displaying widget: model not found"). The replacement
+keeps the output's live MIME payload beside the static HTML (and drops only the widget view), so
+with the lab extension the lab's live monitor goes on showing the ended job, as it did while the
+job ran, and every other front end renders the static HTML. An update adds no output anywhere
+(nbclient and nbval apply it to the outputs with that id, or ignore it).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from ..progress import progress_label
 from ..types import COMPLETE, FAILED, RUNNING, TERMINAL, LogRecord, TrainJob
 from .state import LogState
 from .static import BADGE_COLOURS as _BADGE
-from .static import final_bundle, status_label
+from .static import MIME_TYPE, final_bundle, status_label
 
 #: Shown beside the monitor's controls while a cell blocks on its job: the kernel is busy, so a
 #: frontend without the lab extension's live monitor (VS Code, JupyterLab without the extension)
@@ -217,6 +220,9 @@ class JobMonitor:
         #: The display id of the output showing this monitor when no cell waits for the job:
         #: the flusher then replaces that output with the static view when the job ends.
         self.display_id: str | None = None
+        #: The live MIME payload that output carries (kept in its replacement, see the module's
+        #: docstring); None when the output had none.
+        self.live_payload: dict[str, Any] | None = None
 
     def set_waiting(self, waiting: bool) -> None:
         """Say (or stop saying) that the kernel is busy with the cell following this job."""
@@ -435,7 +441,8 @@ class JobMonitor:
 
             self.finish(job)
             bundle = self.final_bundle(job)
-            update_display(bundle, raw=True, display_id=self.display_id)
+            shown = {MIME_TYPE: self.live_payload, **bundle} if self.live_payload else bundle
+            update_display(shown, raw=True, display_id=self.display_id)
             self.settle(bundle)
         except Exception as exc:  # never raise on a daemon thread; keep it for inspection
             self.error = exc
