@@ -142,6 +142,23 @@ def lab(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
         }
     finally:
         stop_lab(proc, log, tmp / "lab.log", "lab-server.log")
+        stop_jobs(state)
+
+
+def stop_jobs(state: Path) -> None:
+    """Delete the jobs left in a test's store and stop its warm pools: a job outlives the
+    kernel that started it (by design), so a test that failed before its own clean-up would
+    leave ranks running that the next tests' process checks would count as theirs."""
+    from kf_jupyter import LocalBackendConfig, TrainerClient
+    from kf_jupyter.backends.local.warm.pool import stop_all
+
+    client = TrainerClient(LocalBackendConfig(state_dir=state))
+    for job in client.list_jobs():
+        try:
+            client.delete_job(job.name)
+        except Exception as exc:  # keep going: the others must still stop
+            print(f"could not delete {job.name}: {exc}", file=sys.stderr)
+    stop_all(state)
 
 
 def stop_lab(proc: subprocess.Popen, log: Any, log_path: Path | None, artifact: str | None) -> None:
