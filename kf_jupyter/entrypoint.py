@@ -588,6 +588,11 @@ _KFJ_XGB_COLLISION = (
 )
 
 
+def _kfj_xgb_collision(exc):
+    """The code started its own XGBoost tracker on the port ours listens on."""
+    return type(exc).__name__ == "XGBoostError" and "Address already in use" in str(exc)
+
+
 def _kfj_call_xgboost(func, kwargs, rank, argv):
     uri = os.environ.get("DMLC_TRACKER_URI")
     if not uri:
@@ -615,15 +620,17 @@ def _kfj_call_xgboost(func, kwargs, rank, argv):
                 # Report before the context closes this rank's communicator: closing it is what
                 # breaks the other ranks' collectives, and a rank that then fails first in time
                 # (or exits first, so this process is stopped before it reports) would be read
-                # as the job's cause with its secondary "Ring allreduce failed".
-                _kfj_report_once(exc, argv, rank)
+                # as the job's cause with its secondary "Ring allreduce failed". A second
+                # tracker on our port is reported below, as what it is.
+                if not _kfj_xgb_collision(exc):
+                    _kfj_report_once(exc, argv, rank)
                 raise
     except Exception as exc:
         if tracker is not None:
             # The job failed: freeing the tracker at exit would only add "Invalid polling
             # request" noise after the real error. The process ends anyway.
             vars(tracker).pop("handle", None)
-        if type(exc).__name__ == "XGBoostError" and "Address already in use" in str(exc):
+        if _kfj_xgb_collision(exc):
             raise SetupCollisionError(_KFJ_XGB_COLLISION.format(port=port)) from exc
         raise
     if tracker is not None:
