@@ -27,12 +27,13 @@ import argparse
 import ast
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from kf_jupyter.backends.local.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -71,12 +72,6 @@ def engine_ddp(rank, port):
     dist.all_reduce(t)
     dist.destroy_process_group()
     return float(t)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:

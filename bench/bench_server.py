@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kf_jupyter.backends.local.ports import free_port
+
 
 def ticker(n: int = 1200, delay: float = 0.05) -> None:
     """Prints a numbered line every `delay` seconds."""
@@ -31,13 +33,6 @@ def ticker(n: int = 1200, delay: float = 0.05) -> None:
     for i in range(n):
         print(f"tick {i}", flush=True)
         time.sleep(delay)
-
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def proc_status(pid: int) -> tuple[int, float]:

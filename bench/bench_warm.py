@@ -32,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 
+from kf_jupyter.backends.local.ports import free_port
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
@@ -80,14 +82,6 @@ PLAIN = textwrap.dedent(
     dist.destroy_process_group()
     """
 )
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_plain(script: Path, nodes: int, tmp: Path) -> float:

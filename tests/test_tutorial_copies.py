@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,6 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from kf_jupyter.backends.local.ports import free_port as _free_port
 from tests.committed_tutorials import export
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,12 +115,6 @@ def test_the_notebook_tests_pass_after_a_user_edited_a_tutorial(tmp_path: Path) 
     assert "notebooks/01-quickstart.ipynb differs from the committed version" in out
     assert "half-done" in (repo / "notebooks" / "01-quickstart.ipynb").read_text()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("kf-tutorials")] == []
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start_run_sh(repo: Path, tmp_path: Path, log_name: str) -> tuple[subprocess.Popen, str]:

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from kf_jupyter.backends.local.ports import free_port as _free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 BUILD = ROOT / "kf_jupyter" / "labextension"
@@ -34,12 +36,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 LABEXT = "kf-jupyter-labextension"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _notebook(cells: list[str]) -> dict:

@@ -22,7 +22,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -33,6 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from kf_jupyter.backends.local.ports import free_port
 from tests.k8s_cluster import HarnessUnavailable
 
 APISERVER_SHA256 = "6a3688b70d7e474d76aa2e5e7d7f434e96196982a42d0d7364d070a6e058654a"
@@ -41,13 +41,6 @@ SHARED_K8S = REPO_ROOT.parent / "shared" / "k8s"
 # kube-apiserver's graceful shutdown waits for every open watch to time out: SIGKILL after this.
 APISERVER_GRACE = 2.0
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kf-jupyter"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _sha256(path: Path) -> str:

@@ -15,7 +15,6 @@ import os
 import pickle
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -65,6 +64,7 @@ from . import supervisor_host
 from .config import LocalBackendConfig
 from .envs import layered_env, satisfied
 from .logs import iter_records
+from .ports import free_port
 from .runtimes import canonical_name, check_emulable, find_runtime, local_runtimes
 from .status_endpoint import STATUS_FILE
 from .warm import pool as warm_pool
@@ -75,13 +75,6 @@ WAIT_POLL_SECONDS = 0.02
 WARM_ANNOTATION = "kf-jupyter.io/warm"
 DELETE_WAIT_SECONDS = 8.0
 CONTROL_WAIT_SECONDS = 30.0  # suspend: SIGTERM, grace, SIGKILL, then the status is written
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _time(value: Any) -> datetime | None:
