@@ -153,3 +153,37 @@ def test_a_start_ahead_never_stops_a_pool_to_make_room(tmp_path):
         assert warm_pool.has_room(state, "xgboost", 3, held + 1000)
     finally:
         warm_pool.stop_all(state)
+
+
+def test_a_bad_launch_request_is_answered_and_the_pool_keeps_serving(tmp_path):
+    """A connection whose first message is not a whole length-prefixed header (closed before it,
+    cut short, or longer than the pool reads) gets `warm: false` and the reason, and the pool
+    stays ready for the next launch: the shim then starts the job cold and says why."""
+    import json
+    import socket
+    import struct
+
+    state = tmp_path / "state"
+    meta = _start_bare_pool(state, "torch-0000000000000003")
+
+    def reply(payload: bytes) -> dict:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect(json.loads(meta.read_text())["socket"])
+            conn.sendall(payload)
+            conn.shutdown(socket.SHUT_WR)
+            return json.loads(conn.makefile("rb").readline())
+
+    try:
+        too_large = struct.pack("!I", 64 * 1024 * 1024) + b"{}"
+        cases = {
+            b"": "bad launch request (short header)",
+            struct.pack("!I", 100) + b'{"mode": ': "bad launch request (truncated header)",
+            too_large: "bad launch request (header too large)",
+        }
+        for payload, why in cases.items():
+            assert reply(payload) == {"warm": False, "why": why}
+        assert (warm_pool._read_meta(meta) or {}).get("state") == "ready"
+        assert reply(b"")["why"] == "bad launch request (short header)"
+    finally:
+        warm_pool.stop_all(state)

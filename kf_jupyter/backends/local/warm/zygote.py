@@ -247,28 +247,13 @@ def _send(conn, obj):
         conn.sendall((json.dumps(obj) + "\n").encode())
 
 
-def _recv_header(conn):
-    """The first message: a length-prefixed JSON header plus three descriptors."""
-    fds = []
-    data = b""
-    msg, ancdata, _flags, _addr = conn.recvmsg(65536, socket.CMSG_LEN(3 * 4))
-    for level, kind, cdata in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            n = len(cdata) // 4
-            fds.extend(struct.unpack(f"{n}i", cdata[: n * 4]))
-    data += msg
-    if len(data) < 4:
+def _recv_header(agent, conn):
+    """The first message: a length-prefixed JSON header plus three descriptors, read as the
+    agent reads its messages (`agent.recv_msg`); a connection closed before it is a short one."""
+    header, fds = agent.recv_msg(conn, max_bytes=HEADER_MAX)
+    if header is None:
         raise ValueError("short header")
-    (length,) = struct.unpack("!I", data[:4])
-    if length > HEADER_MAX:
-        raise ValueError("header too large")
-    data = data[4:]
-    while len(data) < length:
-        chunk = conn.recv(min(65536, length - len(data)))
-        if not chunk:
-            raise ValueError("truncated header")
-        data += chunk
-    return json.loads(data[:length].decode("utf-8")), fds
+    return header, fds
 
 
 class Zygote:
@@ -398,7 +383,7 @@ class Zygote:
         conn.setblocking(True)
         conn.settimeout(10)
         try:
-            header, fds = _recv_header(conn)
+            header, fds = _recv_header(self.agent, conn)
         except (OSError, ValueError) as exc:
             _send(conn, {"warm": False, "why": f"bad launch request ({exc})"})
             conn.close()
