@@ -46,7 +46,9 @@ def local_phase(
     """The phase of a local job's current run from its events (dicts with `reason`, `message`
     and `object`); "" when there is nothing to say.
 
-    Only the events since the last resume count (a resumed job starts its ranks again). A job
+    While its package environment is built first (the supervisor's InstallingPackages event,
+    until InstalledPackages) the phase says that. Only the events since the last resume count
+    (a resumed job starts its ranks again). A job
     that does not run kf-jupyter's runner (`runner=False`: a TrainerCommand) has no rank
     events: its phase says only that its `processes` were started, warm or cold.
     """
@@ -56,6 +58,14 @@ def local_phase(
             run = []
         else:
             run.append(e)
+    installing = ""
+    for e in run:
+        if e.get("reason") == "InstallingPackages":
+            installing = str(e.get("message") or "installing packages")
+        elif e.get("reason") in ("InstalledPackages", "PackageInstallFailed"):
+            installing = ""
+    if installing:
+        return f"Package environment: {installing}…"
     n = max(1, int(world_size or 1))
     ranks: dict[int, tuple[str, str]] = {}
     node_warm: dict[str, bool] = {}

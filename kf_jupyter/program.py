@@ -127,6 +127,8 @@ def pip_prelude(packages: Sequence[str], index_urls: Sequence[object]) -> str:
     used here). Externally managed interpreters (PEP 668, Debian/Ubuntu images) are installed
     into as the Kubeflow SDK does, with PIP_BREAK_SYSTEM_PACKAGES=1 (see docs/decisions.md).
     Skipped when KF_JUPYTER_SKIP_INSTALL is set (the local backend provides the environment).
+    It says on stdout that it installs (and, done, how long it took): on a cluster that is the
+    job's first log line, so the user sees why the running pod is quiet (docs/decisions.md).
     On failure it prints one line and the tail of pip's log, and exits 1.
     """
     if not packages:
@@ -147,8 +149,17 @@ def pip_prelude(packages: Sequence[str], index_urls: Sequence[object]) -> str:
     # is writable (non-root with a read-only or missing $HOME: restricted namespaces), a folder
     # in the job's work directory put on PYTHONPATH.
     target = '"$kfj_dir/site-packages"'
+    n = len(packages)
+    said = quote(
+        f"kf-jupyter: installing {n} package{'s' if n != 1 else ''} ({', '.join(packages)}) "
+        "with pip..."
+    )
     return (
         'if [ -z "${KF_JUPYTER_SKIP_INSTALL:-}" ]; then\n'
+        # the install announces itself: on a cluster nothing else says why a running pod is
+        # quiet (the job's phase reads "The pod is running" there), and this is its first line
+        f"  printf '%s\\n' {said}\n"
+        "  kfj_t0=$SECONDS\n"
         '  kfj_pip_log="$kfj_dir/pip.log"\n'
         f'  python3 -m pip --version >/dev/null 2>&1 || {env} python3 -m ensurepip --upgrade >"$kfj_pip_log" 2>&1 || true\n'
         f'  if {pip} {args} >>"$kfj_pip_log" 2>&1 || {pip} --user {args} >>"$kfj_pip_log" 2>&1; then :\n'
@@ -159,6 +170,8 @@ def pip_prelude(packages: Sequence[str], index_urls: Sequence[object]) -> str:
         '    tail -n 25 "$kfj_pip_log" >&2\n'
         "    exit 1\n"
         "  fi\n"
+        "  printf 'kf-jupyter: packages installed in %s s; starting the program\\n' "
+        '"$((SECONDS - kfj_t0))"\n'
         "fi\n"
     )
 

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -115,6 +116,27 @@ def test_installs_extras_from_several_indexes_without_pip(index, bare_python, tm
         text=True,
     )
     assert check.stdout.strip() == "84"
+
+
+def test_the_install_announces_itself_before_pip_runs(index, tmp_path) -> None:
+    """Issue 22: on a cluster pip ran quietly and the job read "The pod is running. No output
+    yet." for the whole install. The command now says so first, and how long it took."""
+    urls = [f"{index}/simple"]
+    script = (
+        program.workdir()
+        + program.pip_prelude(["kfj-demo-a"], urls)
+        + 'python3 -c "import kfj_demo_a; print(kfj_demo_a.VALUE)"\n'
+    )
+    venv_dir = tmp_path / "img"
+    venv.EnvBuilder(with_pip=True).create(venv_dir)
+    proc = _run_prelude(script, venv_dir / "bin", tmp_path, urls)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "kf-jupyter: installing 1 package (kfj-demo-a) with pip...", lines
+    assert re.fullmatch(
+        r"kf-jupyter: packages installed in \d+ s; starting the program", lines[1]
+    ), lines
+    assert lines[2:] == ["42"], lines
 
 
 def test_failure_says_so_in_one_line_with_the_pip_log(index, tmp_path) -> None:

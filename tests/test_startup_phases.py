@@ -9,6 +9,7 @@ record and in the ipywidget monitor, and nothing once it ended.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -275,3 +276,45 @@ def test_a_trainer_command_job_says_its_processes_started(client):
     assert job.status == "Running"
     assert not any(e.reason == "RankStarted" for e in client.get_job_events(name))
     client.delete_job(name)
+
+
+@pytest.mark.slow
+def test_kubernetes_install_step_says_so_in_the_log_while_pip_runs(
+    k8s_admin_kubeconfig, k8s_namespace, k8s_standin
+):
+    """On the harness (the pod's command run for real): while pip waits on a slow index, the
+    job's first log line says it installs, instead of a running pod with no output (issue 22)."""
+    from kf_jupyter import JAXTrainer, RuntimeConfig
+    from kf_jupyter.backends.kubernetes.backend import KubernetesBackend
+    from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
+    from tests.test_suspend_k8s import _SlowIndex, _until, noop
+
+    backend = KubernetesBackend(
+        KubernetesBackendConfig(namespace=k8s_namespace, config_file=k8s_admin_kubeconfig)
+    )
+    index = _SlowIndex()
+    threading.Thread(target=index.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{index.server_address[1]}/simple"
+        rc = RuntimeConfig(packages_to_install=["kfj-test-never-there"], pip_index_urls=[url])
+        name = backend.train(JAXTrainer(func=noop, initialize_distributed=False), runtime_config=rc)
+        _until(lambda: index.hits >= 1, 120, "pip to ask the index")
+        said = "kf-jupyter: installing 1 package (kfj-test-never-there) with pip..."
+        logs = _until(lambda: list(backend.get_job_logs(name)), 60, "the pod's first line")
+        assert logs[0] == said, logs
+        assert backend.get_job(name).status == "Running"
+        backend.delete_job(name)
+    finally:
+        index.release.set()
+        index.shutdown()
+        index.server_close()
+
+
+def test_the_package_install_is_the_first_phase_until_it_is_done():
+    installing = [ev("InstallingPackages", "", "installing 2 packages (a, b) with pip")]
+    assert (
+        local_phase(installing, 2) == "Package environment: installing 2 packages (a, b) with pip…"
+    )
+    done = [*installing, ev("InstalledPackages", "", "package environment ready in 3.0 s")]
+    assert local_phase(done, 2) == "Starting 2 ranks"
+    assert local_phase(installing, 2, runner=False).startswith("Package environment:")

@@ -374,9 +374,16 @@ def uses_inflection():
 
 def test_jobs_with_packages_start_warm_from_their_own_pool(client, tmp_path):
     """The layered env's `torchrun` is our #!/bin/sh wrapper: its python gets a pool (issue 21),
-    reused by the next job, and the ranks see exactly what cold ones see."""
+    reused by the next job, and the ranks see exactly what cold ones see. The job that builds
+    the environment (its first phase, issue 22) starts cold and says why: no interpreter is
+    there to choose a pool for until pip is done."""
     rc = RuntimeConfig(packages_to_install=["inflection"])  # not in the project's environment
     trainer = lambda **kw: TorchTrainer(num_nodes=1, num_proc_per_node=2, **kw)  # noqa: E731
+    first = client.train(trainer(func=uses_inflection), runtime_config=rc)
+    assert client.wait_for_job_status(first, timeout=300).warm is False
+    cold = [e.message for e in client.get_job_events(first) if e.reason == "ColdStart"]
+    assert cold == ["every node starts cold: its package environment is built first"], cold
+    assert client.get_job_result(first)["camel"] == "DeviceType"
     runs = []
     for _ in range(2):
         name = client.train(trainer(func=uses_inflection), runtime_config=rc)

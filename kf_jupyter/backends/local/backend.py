@@ -37,6 +37,7 @@ from ...errors import (
     WaitTimeoutError,
 )
 from ...failure import failure_from_dict
+from ...program import index_env
 from ...progress import parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
@@ -62,7 +63,7 @@ from . import index as job_index
 from . import supervisor as sv
 from . import supervisor_host
 from .config import LocalBackendConfig
-from .envs import layered_env, satisfied
+from .envs import env_python_of, satisfied
 from .logs import iter_records
 from .ports import free_port
 from .runtimes import canonical_name, check_emulable, find_runtime, local_runtimes
@@ -401,21 +402,42 @@ class LocalBackend:
                 "value directly in RuntimeConfig.env for local runs."
             )
 
-    def _job_python(self, runtime_config: RuntimeConfig | None) -> tuple[str, bool]:
-        """(python to run, packages provided) for this RuntimeConfig."""
+    def _job_python(
+        self, runtime_config: RuntimeConfig | None
+    ) -> tuple[str, bool, dict[str, Any] | None]:
+        """(python to run, packages provided, how to build its environment first or None).
+
+        A layered environment that is not built yet is built by the job's supervisor as the
+        job's first phase (`prepare` in spawn.json), so the job exists, and says what it does,
+        for the whole pip install (docs/local-backend.md, "Packages")."""
         python = self._python()
         packages = runtime_config.packages if runtime_config else []
-        if not packages:
-            return python, True
-        if satisfied(python, packages):
-            return python, True
-        env_python = layered_env(
-            python,
-            packages,
-            runtime_config.index_urls if runtime_config else [],
-            self.state_dir / "envs",
-        )
-        return str(env_python), True
+        if not packages or satisfied(python, packages):
+            return python, True, None
+        index_urls = runtime_config.index_urls if runtime_config else []
+        envs_dir = self.state_dir / "envs"
+        env_python, ready = env_python_of(python, packages, index_urls, envs_dir)
+        if ready:
+            return str(env_python), True, None
+        n = len(packages)
+        prepare = {
+            # the kernel's interpreter has kf_jupyter; the environment is built on `python`
+            "argv": [
+                sys.executable,
+                "-m",
+                "kf_jupyter.backends.local.envs",
+                str(envs_dir),
+                python,
+                "",  # the error file: the supervisor puts it in the job's folder
+                *packages,
+            ],
+            # index URLs (maybe with credentials) through the environment, never the argv
+            "env": index_env(index_urls),
+            "message": (
+                f"installing {n} package{'s' if n != 1 else ''} ({', '.join(packages)}) with pip"
+            ),
+        }
+        return str(env_python), True, prepare
 
     def train(
         self,
@@ -437,7 +459,7 @@ class LocalBackend:
                 "LocalBackendConfig(cwd=...) to an existing directory."
             )
         snap = snapshot_for(trainer, runtime_config, cwd, [self.state_dir])
-        python, provided = self._job_python(runtime_config)
+        python, provided, prepare = self._job_python(runtime_config)
         jd = self.jobs_dir / name
         try:
             self.jobs_dir.mkdir(mode=sv.PRIVATE_DIR, parents=True, exist_ok=True)
@@ -459,7 +481,9 @@ class LocalBackend:
                 # there (a checkpoint, a model file) is next to the notebook; the runner puts
                 # the snapshot first on sys.path, so imports come from the submit-time copy.
                 cwd = snap.root
-            return self._launch(jd, manifest, plan, rt, python, provided, cwd, trainer, inventory)
+            return self._launch(
+                jd, manifest, plan, rt, python, provided, cwd, trainer, inventory, prepare
+            )
         except OSError as exc:
             shutil.rmtree(jd, ignore_errors=True)
             if sv.is_disk_full(exc):
@@ -607,6 +631,7 @@ class LocalBackend:
         cwd: str,
         trainer: BaseTrainer,
         inventory: list[dict[str, Any]] | None = None,
+        prepare: dict[str, Any] | None = None,
     ) -> str:
         name = plan.job_name
         for sub in ("logs", "tmp", "work"):
@@ -618,6 +643,9 @@ class LocalBackend:
         # The supervisor starts each process with its own environment plus these.
         node_env = {**os.environ, **envs[0]} if envs else {}
         pool, cold_why = self._warm_pool(manifest, plan, node_env) if envs else (None, "")
+        if prepare is not None and envs:
+            # the environment's interpreter is not there yet: no pool can be chosen for it
+            pool, cold_why = None, "its package environment is built first"
         if pool is not None:
             try:
                 warm_pool.ensure_started(
@@ -636,6 +664,7 @@ class LocalBackend:
             "cwd": cwd,
             "deadline_seconds": plan.deadline_seconds,
             "python": python,
+            "prepare": prepare,
             "gpus": {
                 "requests": self.gpu_requests(plan),
                 "inventory": inventory,

@@ -3,6 +3,11 @@
 A layered environment is a venv with `--system-site-packages` on top of the kernel's python,
 built once per distinct (python, sorted packages, index URLs) under `<state>/envs/<hash>` with a
 file lock, so concurrent jobs never build it twice and later jobs reuse it at no cost.
+
+A job whose environment is not built yet builds it as its first phase (docs/local-backend.md,
+"Packages"): its supervisor runs `python -m kf_jupyter.backends.local.envs` (`main`), which
+echoes pip's output into the job's `install.log` while the job reads "Package environment:
+installing N packages…".
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 from ...config import mask_secrets
 from ...errors import PackageInstallError
@@ -160,10 +166,38 @@ def _owner_only(root: Path) -> None:
 TORCHRUN_WRAPPER = '#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n'
 
 
-def layered_env(
+def env_python_of(
     python: str, packages: Sequence[str], index_urls: Sequence[str], envs_dir: Path
+) -> tuple[Path, bool]:
+    """(the python the layered environment for these packages has, whether it is built)."""
+    target = envs_dir / env_key(python, packages, index_urls)
+    return target / "bin" / "python", (target / ".kf-jupyter-ready").exists()
+
+
+def _run_logged(argv: list[str], log: IO[bytes], echo: IO[bytes] | None, **kw: object) -> int:
+    """Run `argv` with its output in `log` and, line by line as it comes, in `echo` too
+    (credentials masked there: the job's install.log)."""
+    if echo is None:
+        return subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, **kw).returncode  # type: ignore[call-overload]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)  # type: ignore[call-overload]
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        echo.write(mask_secrets(line.decode(errors="replace")).encode())
+        echo.flush()
+    return int(proc.wait())
+
+
+def layered_env(
+    python: str,
+    packages: Sequence[str],
+    index_urls: Sequence[str],
+    envs_dir: Path,
+    echo: IO[bytes] | None = None,
 ) -> Path:
-    """The python of the layered environment for these packages, built on first use.
+    """The python of the layered environment for these packages, built on first use; pip's
+    output also goes to `echo` as it comes, when given.
 
     Raises PackageInstallError (with the end of pip's log, credentials masked) if pip fails.
     """
@@ -184,19 +218,19 @@ def layered_env(
         with os.fdopen(
             os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb"
         ) as log:
-            venv = subprocess.run(
+            venv = _run_logged(
                 [python, "-m", "venv", "--system-site-packages", "--without-pip", str(target)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                log,
+                echo,
                 umask=0o077,  # the store is owner-only (docs/local-backend.md)
             )
             # Index URLs (maybe with credentials) go to pip through its environment, never its
             # argv: every local user can read a process's command line.
             pip_env = {**os.environ, **_pip_index_env(index_urls), "PIP_REQUIRE_VIRTUALENV": "0"}
             pip = None
-            if venv.returncode == 0:
+            if venv == 0:
                 _link_base_site(python, env_python, target)
-                pip = subprocess.run(
+                pip = _run_logged(
                     [
                         python,
                         "-m",
@@ -209,12 +243,12 @@ def layered_env(
                         "--no-warn-script-location",
                         *packages,
                     ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
+                    log,
+                    echo,
                     env=pip_env,
                     umask=0o077,
                 )
-        if venv.returncode != 0 or pip is None or pip.returncode != 0:
+        if venv != 0 or pip is None or pip != 0:
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
             shutil.rmtree(target, ignore_errors=True)
             raise PackageInstallError(
@@ -232,3 +266,33 @@ def layered_env(
         ready.write_text(json.dumps({"packages": sorted(packages)}))
         ready.chmod(0o600)
     return env_python
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m kf_jupyter.backends.local.envs ENVS_DIR PYTHON ERROR_FILE PACKAGE...`: build
+    the layered environment (the index URLs come from the `KF_JUPYTER_PIP_INDEX_<i>`
+    variables, never the command line), pip's output on stdout; on failure the error's
+    paragraph goes to ERROR_FILE and the exit code is 1. A job's supervisor runs it as the
+    job's first phase."""
+    from ...program import INDEX_ENV
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 4:
+        sys.stderr.write("usage: envs.py ENVS_DIR PYTHON ERROR_FILE PACKAGE...\n")
+        return 2
+    envs_dir, python, error_file, packages = Path(args[0]), args[1], args[2], args[3:]
+    index_urls = []
+    while INDEX_ENV.format(len(index_urls)) in os.environ:
+        index_urls.append(os.environ[INDEX_ENV.format(len(index_urls))])
+    try:
+        layered_env(python, packages, index_urls, envs_dir, echo=sys.stdout.buffer)
+    except PackageInstallError as exc:
+        fd = os.open(error_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(str(exc))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,6 +21,10 @@ the files alone.
 - A full disk: a few KiB are set aside (`.reserve`) when the job starts; if the job folder's
   filesystem fills up (a rank fails while it is full, or one of our own writes gets ENOSPC), the
   processes are stopped, the reserve is released and the job ends Failed / LogWriteFailed.
+- A package environment to build first (spawn.json `prepare`, docs/local-backend.md): before
+  anything else it runs the builder (status Created, event InstallingPackages, pip's output in
+  `install.log`); a failed build ends the job Failed / PackageInstallFailed with the end of
+  pip's log, a cancel stops pip.
 - GPUs (spawn.json `gpus`): before starting the processes it takes each node's devices from the
   store-wide allocator (gpus.py), waiting as Created / WaitingForGPUs while too few are free, and
   gives them back on suspend and whenever it exits.
@@ -69,6 +73,10 @@ REASON_LOG_WRITE = "LogWriteFailed"
 REASON_SUSPENDED = "Suspended"
 REASON_RESUMED = "Resumed"
 REASON_WAITING_GPUS = "WaitingForGPUs"
+REASON_INSTALLING = "InstallingPackages"
+REASON_INSTALLED = "InstalledPackages"
+REASON_INSTALL_FAILED = "PackageInstallFailed"
+INSTALL_LOG = "install.log"
 CONTROL_FILE = "control.json"
 GPU_RETRY_SECONDS = 0.5  # a job waiting for GPUs asks the allocator again this often
 
@@ -891,6 +899,64 @@ class Supervisor:
         self._event("Normal", "GPUsAssigned", f"{text} ({detail})")
         return True
 
+    def _prepare(self) -> bool:
+        """Build the job's package environment first (spawn.json `prepare`), pip's output in
+        install.log; False when the job ended meanwhile (failed, cancelled, or its folder
+        removed: then it is recorded, except for a removed folder)."""
+        prep = self.spec.get("prepare")
+        if not prep:
+            return True
+        self._event("Normal", REASON_INSTALLING, str(prep.get("message") or "installing packages"))
+        error_file = os.path.join(self.job_dir, "install-error.txt")
+        argv = [str(a) for a in prep["argv"]]
+        argv[5] = error_file
+        env = dict(os.environ)
+        env.update(prep.get("env") or {})
+        began = time.monotonic()
+        with open(private_open(os.path.join(self.job_dir, INSTALL_LOG)), "ab") as log:
+            p = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=self.job_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        while p.poll() is None:
+            gone = not os.path.exists(os.path.join(self.job_dir, "status.json"))
+            if self.cancel_signal is not None or gone:
+                stop_tree([p.pid], [(p.pid, None)])
+                with contextlib.suppress(Exception):
+                    p.wait(timeout=5)
+                if gone:
+                    self.broken = True
+                    return False
+                self._finish(
+                    FAILED, REASON_CANCELLED, "The job was cancelled while its packages installed."
+                )
+                return False
+            time.sleep(POLL_SECONDS * 2)
+        if p.returncode != 0:
+            try:
+                with open(error_file, encoding="utf-8") as fh:
+                    message = fh.read().strip()
+            except OSError:
+                message = ""
+            if not message:
+                tail = "\n".join(last_lines(os.path.join(self.job_dir, INSTALL_LOG), 20))
+                message = (
+                    f"Building the job's package environment failed (exit code {p.returncode})."
+                    f" The end of its log ({INSTALL_LOG} in the job's folder):\n{tail}"
+                )
+            self._event("Warning", REASON_INSTALL_FAILED, message.splitlines()[0])
+            self._finish(FAILED, REASON_INSTALL_FAILED, message)
+            return False
+        took = time.monotonic() - began
+        self._event("Normal", REASON_INSTALLED, f"package environment ready in {took:.1f} s")
+        return True
+
     def _start_status_endpoint(self) -> None:
         """The job's trainer status endpoint (status_endpoint.py); the job runs without one if
         it cannot start."""
@@ -986,6 +1052,8 @@ class Supervisor:
                 supervisor_pid=os.getpid(), supervisor_create_time=ident, control_ready=True
             )
         )
+        if not self._prepare():
+            return 1
         self._start_status_endpoint()
         if read_control(self.job_dir):  # suspended before it started
             self._suspend()
