@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from .config import mask_secrets
 from .errors import ValidationError
 
 #: Linux limits one argv string (MAX_ARG_STRLEN) to 128 KiB; bash -c takes the script as one.
@@ -151,7 +152,8 @@ def pip_prelude(packages: Sequence[str], index_urls: Sequence[object]) -> str:
     target = '"$kfj_dir/site-packages"'
     n = len(packages)
     said = quote(
-        f"kf-jupyter: installing {n} package{'s' if n != 1 else ''} ({', '.join(packages)}) "
+        f"kf-jupyter: installing {n} package{'s' if n != 1 else ''} "
+        f"({mask_secrets(', '.join(packages))}) "
         "with pip..."
     )
     return (

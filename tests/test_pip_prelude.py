@@ -223,3 +223,15 @@ def test_installs_into_an_externally_managed_python(index) -> None:
         assert check.stdout.strip() == "42", check.stderr
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_announcement_never_prints_a_package_urls_password() -> None:
+    """The install's first log line names the packages; a direct URL's credentials are masked
+    there (pip itself still gets the whole URL)."""
+    spec = (
+        "kfj-demo-a @ https://deploy:s3cret-token@pkgs.example.com/kfj_demo_a-1.0-py3-none-any.whl"
+    )
+    script = program.pip_prelude([spec], [])
+    said = [line for line in script.splitlines() if "kf-jupyter: installing" in line]
+    assert len(said) == 1 and "s3cret-token" not in said[0], said
+    assert "pkgs.example.com" in said[0] and "deploy" in said[0], said

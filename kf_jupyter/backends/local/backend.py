@@ -27,7 +27,7 @@ from typing import Any
 
 from ... import phases
 from ...build import LaunchPlan, build_launch_plan, build_trainjob
-from ...config import RuntimeConfig, SecretRef, mask_object
+from ...config import RuntimeConfig, SecretRef, mask_object, mask_secrets
 from ...errors import (
     BackendError,
     JobFailedError,
@@ -434,7 +434,8 @@ class LocalBackend:
             # index URLs (maybe with credentials) through the environment, never the argv
             "env": index_env(index_urls),
             "message": (
-                f"installing {n} package{'s' if n != 1 else ''} ({', '.join(packages)}) with pip"
+                f"installing {n} package{'s' if n != 1 else ''} "
+                f"({mask_secrets(', '.join(packages))}) with pip"
             ),
         }
         return str(env_python), True, prepare
