@@ -136,6 +136,7 @@ def test_held_rendezvous_shows_in_the_record_the_events_and_the_monitor(client, 
 def test_a_waiting_reason_stays_on_the_headers_one_row():
     """It took a second row (`<br>` after the row); now it is the row's last item, cut with an
     ellipsis when narrow, whole in its tooltip and its text. Failed before the change."""
+    import html
     from html.parser import HTMLParser
 
     from kf_jupyter.widgets.monitor import JobMonitor
@@ -170,8 +171,14 @@ def test_a_waiting_reason_stays_on_the_headers_one_row():
     assert inside, head
     assert title == monitor.waiting
     assert "text-overflow:ellipsis" in style
+    # its own line under the header too, whole, which a narrow monitor shows instead (issue 22)
+    monitor._sync_waiting_line()
+    assert monitor.waiting_line.layout.display == ""
+    assert html.unescape(monitor.waiting_line.value).count(monitor.waiting) == 1
     monitor.status = "Running"  # no waiting reason once it runs
-    assert "kf-waiting" not in monitor._header_html()
+    assert "class='kf-waiting'" not in monitor._header_html()
+    monitor._sync_waiting_line()
+    assert monitor.waiting_line.value == "" and monitor.waiting_line.layout.display == "none"
 
 
 @pytest.mark.slow

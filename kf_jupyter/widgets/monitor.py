@@ -40,17 +40,41 @@ from .static import MIME_TYPE, final_bundle, status_label
 #: Shown beside the monitor's controls while a cell blocks on its job: the kernel is busy, so a
 #: frontend without the lab extension's live monitor (VS Code, JupyterLab without the extension)
 #: delivers widget clicks only when the cell ends.
+SUSPEND_TIP = "Stop the job's processes (pods) and keep the job; Resume starts them again"
+RESUME_TIP = "Start the job's processes again (same workspace and environment)"
+
 BUSY_NOTE = (
     "<small class='kf-busy-note'>The kernel is busy with this cell, so these controls respond "
     "when it ends. To stop the job now: interrupt the kernel (&#9632;), then press Cancel.</small>"
 )
 
 
-#: Lets the header's HTML widget shrink below its text's width (ipywidgets keeps an HTML's
-#: content at its full width), so the header stays one row in a narrow window.
+#: The header's layout at every width (issue 22: in a narrow notebook its buttons were cut to
+#: "R…" and "C…" and the waiting reason clipped away). The monitor is a size container:
+#: - the header's HTML widget shrinks (ipywidgets keeps an HTML's content at its full width)
+#:   and its name gives way first; the controls never shrink;
+#: - below `NARROW_PX` the waiting reason leaves the header's row for a line of its own under
+#:   it, whole (wrapped), instead of a cut-off end of the row;
+#: - below `ICONS_PX` Suspend/Resume and Cancel show only their icons: their labels stay their
+#:   accessible names (the text is still there, drawn at size 0), their tooltips say the rest.
+NARROW_PX = 700
+ICONS_PX = 520
 HEADER_STYLE = (
-    "<style>.kf-widget-header .widget-html,.kf-widget-header .widget-html-content"
-    "{min-width:0;flex:1 1 auto;overflow:hidden}</style>"
+    "<style>"
+    ".kf-monitor{container:kf-monitor/inline-size}"
+    ".kf-widget-header .widget-html,.kf-widget-header .widget-html-content"
+    "{min-width:0;flex:1 1 auto;overflow:hidden}"
+    ".kf-monitor .kf-waiting-line{display:none!important}"
+    ".kf-waiting-line .widget-html-content{height:auto;line-height:1.4;white-space:normal}"
+    f"@container kf-monitor (max-width:{NARROW_PX - 1}px){{"
+    ".kf-widget-header .kf-waiting{display:none}"
+    ".kf-monitor .kf-waiting-line{display:flex!important}}"
+    f"@container kf-monitor (max-width:{ICONS_PX - 1}px){{"
+    ".kf-widget-header .kf-icon-button{width:30px!important;padding:0;font-size:0;"
+    "display:inline-flex;align-items:center;justify-content:center}"
+    ".kf-widget-header .kf-icon-button i{font-size:var(--jp-widgets-font-size,13px);margin:0}"
+    ".kf-widget-header .kf-rank-filter{width:128px!important}}"
+    "</style>"
 )
 
 
@@ -174,19 +198,22 @@ class JobMonitor:
             value="",
             description="Show",
             style={"description_width": "initial"},
-            layout=w.Layout(width="180px"),
-        )
+            layout=w.Layout(width="180px", flex="none"),
+        ).add_class("kf-rank-filter")
+        # never shrunk (they were cut to "R…" and "C…"): icons only when narrow (HEADER_STYLE)
         self.cancel_button = w.Button(
             description="Cancel",
             button_style="danger",
+            icon="stop",
             tooltip="Stop the job (its record and logs stay)",
-            layout=w.Layout(width="80px"),
-        )
+            layout=w.Layout(width="86px", flex="none"),
+        ).add_class("kf-icon-button")
         self.suspend_button = w.Button(
             description="Suspend",
-            tooltip="Stop the job's processes (pods) and keep the job; Resume starts them again",
-            layout=w.Layout(width="90px"),
-        )
+            icon="pause",
+            tooltip=SUSPEND_TIP,
+            layout=w.Layout(width="98px", flex="none"),
+        ).add_class("kf-icon-button")
         self.note = w.HTML("", layout=w.Layout(display="none"))
         self.progress = w.FloatProgress(
             value=0.0, min=0.0, max=1.0, layout=w.Layout(display="none", width="98%")
@@ -195,6 +222,8 @@ class JobMonitor:
         self.gpus = w.HTML("", layout=w.Layout(display="none"))
         self.failure = w.HTML("", layout=w.Layout(display="none"))
         self.phase_line = w.HTML("", layout=w.Layout(display="none"))
+        #: the waiting reason on a line of its own, shown only where the header has no room
+        self.waiting_line = w.HTML("", layout=w.Layout(display="none")).add_class("kf-waiting-line")
         self.log = w.HTML(self.state.render_log_html())
         self.footer = w.HTML(self._footer_html())
         self.widget = w.VBox(
@@ -203,6 +232,7 @@ class JobMonitor:
                     [self.header, self.rank_filter, self.suspend_button, self.cancel_button],
                     layout=w.Layout(align_items="center"),
                 ).add_class("kf-widget-header"),
+                self.waiting_line,
                 self.note,
                 self.progress,
                 self.chart,
@@ -212,7 +242,7 @@ class JobMonitor:
                 self.log,
                 self.footer,
             ]
-        )
+        ).add_class("kf-monitor")
         self.rank_filter.observe(self._on_filter, names="value")
         self.cancel_button.on_click(self._on_cancel)
         self.suspend_button.on_click(self._on_suspend)
@@ -270,6 +300,19 @@ class JobMonitor:
             f"<span class='kf-elapsed'>{_fmt_elapsed(end - self.started)}</span></span>"
             f"{self._waiting_html()}</div>"
         )
+
+    def _sync_waiting_line(self) -> None:
+        """The waiting reason's own line (shown by HEADER_STYLE only in a narrow monitor)."""
+        shown = bool(self.waiting and self.status in ("Created", "Suspended"))
+        value = (
+            f"<small class='kf-waiting-own' role='status'>{html.escape(self.waiting)}</small>"
+            if shown
+            else ""
+        )
+        if value != self.waiting_line.value:
+            with self.waiting_line.hold_sync():
+                self.waiting_line.value = value
+                self.waiting_line.layout.display = "" if shown else "none"
 
     def _waiting_title(self) -> str:
         """The waiting reason as the status badge's tooltip too (a narrow header cuts the
@@ -353,13 +396,18 @@ class JobMonitor:
             return
         self._poll()
         self.header.value = self._header_html()
+        self._sync_waiting_line()
         self._sync_suspend_button()
 
     def _sync_suspend_button(self) -> None:
         """Suspend while it can run, Resume while suspended, disabled once it has ended."""
         ended = self.status in ("Complete", "Failed", "Cancelled")
-        self.suspend_button.description = "Resume" if self.status == "Suspended" else "Suspend"
-        self.suspend_button.disabled = ended
+        resume = self.status == "Suspended"
+        with self.suspend_button.hold_sync():
+            self.suspend_button.description = "Resume" if resume else "Suspend"
+            self.suspend_button.icon = "play" if resume else "pause"
+            self.suspend_button.tooltip = RESUME_TIP if resume else SUSPEND_TIP
+            self.suspend_button.disabled = ended
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -546,7 +594,9 @@ class JobMonitor:
         return f"{phase}. No output yet." if quiet else ""
 
     def _sync_phase(self) -> None:
-        """Show (or hide) the phase line above the log; one message, only when it changed."""
+        """Show (or hide) the phase line above the log, and the waiting reason's own line; one
+        message each, only when it changed."""
+        self._sync_waiting_line()
         text = self._phase_text()
         value = (
             f"<div class='kf-phase' role='status' style='font-size:12px;font-style:italic'>"

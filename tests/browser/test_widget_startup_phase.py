@@ -4,8 +4,9 @@ while it waits, light and dark (issue 22):
 - a `%%torchtrain --no-wait` job whose rank 1 holds back from `init_process_group` shows
   "Waiting for all 2 ranks at rendezvous (1/2 there). No output yet." above its log — the
   backend's own phase at that moment — and nothing once the ranks print;
-- suspended, its waiting reason sits on the header's one row (it took a second row), cut with an
-  ellipsis in a narrow window, whole in its tooltip;
+- suspended, its waiting reason sits on the header's one row (it took a second row); at 760 px
+  with the file browser open it gets a line of its own, whole, and Resume / Cancel become icon
+  buttons that keep their accessible names and tooltips (they were cut to "R…" and "C…");
 - every text at 4.5:1, and axe-core finds no violation, in both states and both themes.
 """
 
@@ -115,16 +116,55 @@ def test_widget_phase_then_log_and_a_one_row_waiting_reason(
                 )
                 assert shown >= 60, shown
                 page.screenshot(path=str(ARTIFACTS / f"widget-waiting-{slug}-wide.png"))
+                for label in ("Resume", "Cancel"):  # labelled buttons where there is room
+                    assert header.get_by_role("button", name=label).inner_text().strip() == label
+                expect(widget.locator(".kf-waiting-line")).to_be_hidden()
+                # 760 px with the file browser open (issue 22: the buttons were cut to "R…" and
+                # "C…" and the waiting reason was clipped away)
                 page.set_viewport_size({"width": 760, "height": 1000})
+                browser_tab = page.locator(".jp-SideBar .lm-TabBar-tab[title^='File Browser']")
+                if not page.locator("#filebrowser").is_visible():
+                    browser_tab.first.click()
+                expect(page.locator("#filebrowser")).to_be_visible()
                 page.wait_for_timeout(500)
-                assert_one_row(header, "narrow window, waiting reason")
-                # cut with an ellipsis (not wrapped) where it does not fit; the whole reason
-                # stays in its tooltip and the status badge's
-                assert waiting.evaluate("e => e.scrollWidth > e.clientWidth"), full
+                assert_one_row(header, "760 px, file browser open")
+                for label in ("Resume", "Cancel"):
+                    button = header.get_by_role("button", name=label)  # its accessible name
+                    expect(button).to_be_visible()
+                    box = button.evaluate(
+                        """b => { const r = b.getBoundingClientRect(),
+                                        h = b.closest('.widget-hbox').getBoundingClientRect(),
+                                        i = b.querySelector('i').getBoundingClientRect();
+                                  return {cut: b.scrollWidth > b.clientWidth + 1,
+                                          inside: r.left >= h.left - 1 && r.right <= h.right + 1,
+                                          icon: i.width, title: b.title}; }"""
+                    )
+                    assert not box["cut"] and box["inside"], (label, box)
+                    assert box["icon"] >= 8, (label, box)  # an icon where the label has no room
+                    assert box["title"], (label, box)  # and a tooltip
+                # the status and the elapsed time stay whole (the name gives way instead)
+                for part in (".kf-status", ".kf-elapsed"):
+                    assert header.locator(part).evaluate(
+                        """e => e.getBoundingClientRect().right <=
+                                e.closest('.widget-html').getBoundingClientRect().right + 1"""
+                    ), part
+                # the reason on a line of its own, whole, instead of a clipped end of the row
+                expect(waiting).to_be_hidden()
+                own = widget.locator(".kf-waiting-line")
+                expect(own).to_be_visible()
+                assert own.inner_text().strip() == full
+                assert own.evaluate("e => e.scrollWidth <= e.clientWidth + 1")
                 assert header.locator(".kf-status").get_attribute("title") == full
                 widget.scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / f"widget-waiting-{slug}-narrow.png"))
-                _passes(page, f"waiting reason, {slug}")
+                _passes(page, f"waiting reason, 760 px, {slug}")
+                # resumed: no reason any more, one row, the Suspend button's icon and name
+                client.resume_job(name)
+                expect(own).to_be_hidden(timeout=60_000)
+                expect(header.get_by_role("button", name="Suspend")).to_be_visible()
+                assert_one_row(header, "760 px, running")
+                page.screenshot(path=str(ARTIFACTS / f"widget-running-{slug}-narrow.png"))
+                _passes(page, f"running, 760 px, {slug}")
             except Exception:
                 page.screenshot(path=str(ARTIFACTS / f"widget-phase-{slug}-failure.png"))
                 raise
