@@ -57,7 +57,7 @@ BUSY_NOTE = (
 #:   it, whole (wrapped), instead of a cut-off end of the row;
 #: - below `ICONS_PX` Suspend/Resume and Cancel show only their icons: their labels stay their
 #:   accessible names (the text is still there, drawn at size 0), their tooltips say the rest.
-NARROW_PX = 700
+NARROW_PX = 900
 ICONS_PX = 520
 HEADER_STYLE = (
     "<style>"

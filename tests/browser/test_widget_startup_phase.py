@@ -176,3 +176,97 @@ def test_widget_phase_then_log_and_a_one_row_waiting_reason(
         for j in client.list_jobs():
             if j.name == name:
                 client.delete_job(name)
+
+
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_notebook7_widget_phase_then_log_and_a_narrow_header(
+    lab: dict, theme: str, tmp_path: Path
+) -> None:
+    """Jupyter Notebook 7 (same server, no lab extension), light and dark: the ipywidget
+    monitor says what the held job does, in the backend's words, then its log; suspended at
+    760 px its header keeps Resume and Cancel whole and the reason whole; 4.5:1, no axe
+    violation."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from kf_jupyter import LocalBackendConfig, TrainerClient
+
+    slug = "dark" if "Dark" in theme else "light"
+    name = f"nb7-phase-{slug}"
+    gate = tmp_path / "gate"
+    cells = ["%load_ext kf_jupyter", CELL.format(name=name, gate=str(gate))]
+    nb = f"nb7-widget-phase-{slug}.ipynb"
+    write_notebook(lab, nb, cells)
+    _set_theme(lab, theme)
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                page.goto(f"{lab['url']}/notebooks/{nb}?token={lab['token']}")
+                page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+                expect(page.locator("body")).to_have_attribute(
+                    "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
+                )
+                code = page.locator(".jp-Notebook .jp-CodeCell")
+                for _ in range(3):  # the kernel may still be starting: %load_ext again
+                    select = page.locator(".jp-Dialog .jp-mod-accept", has_text="Select")
+                    if select.count():
+                        select.click()
+                    code.nth(0).locator(".jp-InputArea-editor").click()
+                    page.keyboard.press("Escape")
+                    page.keyboard.press("Control+Enter")
+                    try:
+                        expect(code.nth(0).locator(".jp-InputPrompt")).to_have_text(
+                            "[1]:", timeout=30_000
+                        )
+                        break
+                    except AssertionError:
+                        continue
+                cell = code.nth(1)
+                cell.locator(".jp-InputArea-editor").click()
+                page.keyboard.press("Escape")
+                page.keyboard.press("Control+Enter")  # once: the job has a fixed name
+                widget = cell.locator(".jupyter-widgets.widget-vbox").first
+                phase = widget.locator(".kf-phase")
+                expect(phase).to_have_text(HELD, timeout=180_000)
+                assert f"{client.get_job(name).phase}. No output yet." == HELD
+                widget.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / f"nb7-widget-phase-{slug}.png"))
+                _passes(page, f"Notebook 7 phase, {slug}")
+                gate.touch()
+                expect(widget.locator(".kf-log-box")).to_contain_text("tick", timeout=120_000)
+                expect(phase).to_have_count(0, timeout=10_000)
+                client.suspend_job(name)
+                header = widget.locator(".widget-hbox").first
+                expect(header.locator(".kf-waiting")).to_be_visible(timeout=60_000)
+                assert_one_row(header, "Notebook 7, wide")
+                page.set_viewport_size({"width": 760, "height": 1000})
+                page.wait_for_timeout(500)
+                assert_one_row(header, "Notebook 7, 760 px")
+                for label in ("Resume", "Cancel"):
+                    button = header.get_by_role("button", name=label)
+                    expect(button).to_be_visible()
+                    assert not button.evaluate("b => b.scrollWidth > b.clientWidth + 1"), label
+                job = client.get_job(name)
+                full = ": ".join(p for p in (job.reason, job.message) if p)
+                # too little room left on the row: a line of its own, whole (on the row it
+                # was cut to "Suspende…")
+                own = widget.locator(".kf-waiting-line")
+                expect(own).to_be_visible()
+                assert own.inner_text().strip() == full
+                expect(header.locator(".kf-waiting")).to_be_hidden()
+                widget.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / f"nb7-widget-waiting-{slug}-narrow.png"))
+                _passes(page, f"Notebook 7 waiting, 760 px, {slug}")
+            except Exception:
+                page.screenshot(path=str(ARTIFACTS / f"nb7-widget-phase-{slug}-failure.png"))
+                raise
+            finally:
+                browser.close()
+    finally:
+        _set_theme(lab, "JupyterLab Light")
+        gate.touch()
+        for j in client.list_jobs():
+            if j.name == name:
+                client.delete_job(name)
