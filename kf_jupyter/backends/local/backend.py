@@ -68,6 +68,7 @@ from .logs import iter_records
 from .ports import free_port
 from .runtimes import canonical_name, check_emulable, find_runtime, local_runtimes
 from .status_endpoint import STATUS_FILE
+from .warm import launch as warm_launch
 from .warm import pool as warm_pool
 
 log = logging.getLogger("kf_jupyter.local")
@@ -660,6 +661,13 @@ class LocalBackend:
                     env.update(warm_pool.warm_env(self.state_dir, pool, env["PATH"]))
             except OSError as exc:
                 cold_why = f"the warm pool could not start ({exc})"
+        # A warm node whose command is exactly the script kf-jupyter generated is handed to the
+        # pool by the supervisor itself, without bash and the shim (direct.py).
+        direct: list[dict[str, Any]] = [{} for _ in plan.processes]
+        if pool is not None and not cold_why:
+            for i, p in enumerate(plan.processes):
+                launch, why = warm_launch.known_launch(list(p.argv), envs[i])
+                direct[i] = {"direct": launch} if launch else {"direct_why": why}
         spawn = {
             "job": name,
             "cwd": cwd,
@@ -680,6 +688,7 @@ class LocalBackend:
                     "argv": p.argv,
                     "env": envs[i],
                     "files": p.files,
+                    **direct[i],
                 }
                 for i, p in enumerate(plan.processes)
             ],

@@ -642,7 +642,8 @@ class Supervisor:
         self.spec = read_json(spawn)
         # Read once: the command may hold pip index credentials, which no file should keep.
         os.unlink(spawn)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Popen, or direct.DirectNode for a node handed over to the warm pool directly.
+        self.procs: dict[str, Any] = {}
         self.exits: dict[str, int] = {}
         self.cancel_signal: int | None = None
         self.snapshot: list[tuple[int, float]] = []
@@ -770,6 +771,8 @@ class Supervisor:
                 env["CUDA_VISIBLE_DEVICES"] = uuids
                 env["NVIDIA_VISIBLE_DEVICES"] = uuids or "void"
             os.makedirs(env.get("KF_JUPYTER_WORKDIR", logs), exist_ok=True)
+            if self._hand_over(item, env, cwd):
+                continue
             with open(os.path.join(logs, f"{item['name']}.log"), "ab") as log:
                 p = subprocess.Popen(
                     item["argv"],
@@ -798,6 +801,66 @@ class Supervisor:
 
             self._update(change)
             self._event("Normal", "Started", f"process {item['name']} pid {p.pid}", item["name"])
+
+    def _hand_over(self, item: dict[str, Any], env: dict[str, str], cwd: str) -> bool:
+        """Hand a warm node's recognised launch to the pool directly (direct.py): True when
+        the pool started it. False (the launch then goes through bash and the shim, as before,
+        and an event says why) for a warm node it could not be handed over for."""
+        if not env.get("KF_JUPYTER_WARM_SOCKET"):
+            return False  # a cold node: nothing to hand over
+        name = item["name"]
+        direct = item.get("direct")
+        why = str(item.get("direct_why") or "the launch was not recognised")
+        first: dict[str, Any] = {}
+        node: Any = None
+        if direct:
+            mod = _load_sibling("direct")
+            umask = JOB_UMASK if JOB_UMASK >= 0 else os.umask(0o077)
+            if JOB_UMASK < 0:
+                os.umask(umask)
+            log_path = os.path.join(self.job_dir, "logs", f"{name}.log")
+            node, first, why = mod.hand_over(direct, env, cwd, log_path, umask)
+        if node is None:
+            self._event(
+                "Normal",
+                "WarmViaShim",
+                f"{name}: the launch goes through bash and the warm shim, not handed over "
+                f"directly: {why}",
+                name,
+            )
+            return False
+        self.procs[name] = node
+        ident = process_identity(node.pid)
+        entry = {
+            "pid": node.pid,
+            "pgid": node.pid,
+            "create_time": ident,
+            "node_index": item.get("node_index", 0),
+            "exit_code": None,
+            "direct": True,
+        }
+
+        def change(st: dict[str, Any], entry: Any = entry) -> None:
+            st.setdefault("processes", {})[name] = entry
+
+        self._update(change)
+        _load_sibling("direct").record_warm(env, first)
+        self._event(
+            "Normal",
+            "Started",
+            f"process {name} pid {node.pid} (handed over directly to the warm pool)",
+            name,
+        )
+        return True
+
+    def _direct_fds(self) -> list[int]:
+        """The pool connections of nodes handed over directly (readable when one exits)."""
+        out = []
+        for p in self.procs.values():
+            fd = getattr(p, "fileno", None)
+            if fd is not None and p.returncode is None and fd() >= 0:
+                out.append(fd())
+        return out
 
     def _suspend(self) -> None:
         """Stop the processes and keep everything else (see the module docstring)."""
@@ -982,6 +1045,9 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 p.wait(timeout=1)
         self._reap()
+        for p in self.procs.values():
+            if hasattr(p, "close"):  # a node handed over directly: let go of the pool's line
+                p.close()
 
     def _warm_nodes(self) -> list[tuple[int, float]]:
         """The node processes the warm pool forked for this job (children of the pool, not ours)."""
@@ -1157,7 +1223,7 @@ class Supervisor:
                     self._stop_all()
                     return 1
                 self._take_snapshot()
-            select.select([wake_r], [], [], POLL_SECONDS)
+            select.select([wake_r, *self._direct_fds()], [], [], POLL_SECONDS)
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
 

@@ -221,7 +221,11 @@ class Host:
         self._write_record("starting")
         self.sv = _load("supervisor.py")
         self.sv_endpoint = _load("status_endpoint.py")
-        self.sv.preload_siblings({"status_endpoint": self.sv_endpoint, "gpus": _load("gpus.py")})
+        direct = _load("direct.py")
+        direct.shim()  # what a warm node handed over directly reuses of the shim (issue 21)
+        self.sv.preload_siblings(
+            {"status_endpoint": self.sv_endpoint, "gpus": _load("gpus.py"), "direct": direct}
+        )
         # What the supervisor imports lazily, done once here (no threads are started by them).
         for name in ("psutil", "asyncio", "ssl", "subprocess", "hmac", "datetime", "ctypes"):
             with contextlib.suppress(ImportError):
