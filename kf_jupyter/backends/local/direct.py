@@ -122,7 +122,7 @@ def shell_env(env: Mapping[str, str], cwd: str) -> tuple[dict[str, str] | None, 
     # PWD: kept when it names the working directory, else bash sets it (variables.c).
     pwd = out.get("PWD", "")
     if not (pwd.startswith("/") and _same_dir(pwd, cwd)):
-        out["PWD"] = cwd
+        out["PWD"] = os.path.realpath(cwd)
     # OLDPWD: dropped unless it names a directory.
     if "OLDPWD" in out and not os.path.isdir(out["OLDPWD"]):
         del out["OLDPWD"]
