@@ -11,7 +11,9 @@ both share the machine's load:
   ours warm     TrainerClient.train() of TorchTrainer(1x2) with the same function, then
                 wait_for_job_status (the pool is ready: a re-run)
 
-Also, for ours: submit -> the function's first line (a timestamp written by rank 0 as it starts)
+Also the same warm job launched through bash and the shim, as before the supervisor handed a
+known launch to the pool itself (same rounds, for the before/after ratio). Also, for ours:
+submit -> the function's first line (a timestamp written by rank 0 as it starts)
 and the function returned (last rank) -> wait_for_job_status returns (the exit path); how many
 nodes ran on processes the pool forked ahead of the job; and the pool's memory with what it keeps
 forked ahead (PSS, what `%kf_pool` shows and `warm_max_memory_mib` counts).
@@ -84,7 +86,10 @@ def main() -> None:
 
     from kf_jupyter import TorchTrainer, TrainerClient
     from kf_jupyter.backends.local.config import LocalBackendConfig
+    from kf_jupyter.backends.local.warm import launch as warm_launch
     from kf_jupyter.backends.local.warm import pool as warm_pool
+
+    known_launch = warm_launch.known_launch
 
     tmp = Path(tempfile.mkdtemp(prefix="kf-bench-iter-"))
     client = TrainerClient(LocalBackendConfig(state_dir=str(tmp / "state"), cwd=str(tmp)))
@@ -109,12 +114,19 @@ def main() -> None:
             assert [r.get(timeout=300) for r in results] == [2.0, 2.0]
             return time.perf_counter() - t
 
-        def run_ours() -> tuple[float, float, float, bool]:
+        def run_ours(direct: bool = True) -> tuple[float, float, float, bool]:
             stamps = Path(tempfile.mkdtemp(dir=tmp))
-            t0 = time.time()
-            name = client.train(
-                TorchTrainer(func=ddp, func_args={"stamp_dir": str(stamps)}, num_proc_per_node=2)
-            )
+            if not direct:  # the launch through bash and the shim, as before the hand-over
+                warm_launch.known_launch = lambda argv, env: (None, "bench: through the shim")
+            try:
+                t0 = time.time()
+                name = client.train(
+                    TorchTrainer(
+                        func=ddp, func_args={"stamp_dir": str(stamps)}, num_proc_per_node=2
+                    )
+                )
+            finally:
+                warm_launch.known_launch = known_launch
             job = client.wait_for_job_status(name, timeout=300)
             t1 = time.time()
             ranks = [ast.literal_eval(p.read_text()) for p in stamps.iterdir()]
@@ -128,16 +140,23 @@ def main() -> None:
             client.delete_job(name)
             return t1 - t0, first, exit_path, bool(job.warm), ahead
 
+        def run_shim() -> tuple[float, float, float, bool, bool]:
+            return run_ours(direct=False)
+
         run_ipp()
         run_ours()  # one of each first: nothing measured pays a first-use cost
+        run_shim()
         rows = []
+        shim_rows = []
         for i in range(args.rounds):
-            order = (run_ipp, run_ours) if i % 2 == 0 else (run_ours, run_ipp)
+            order = [run_ipp, run_ours, run_shim]
+            order = order[i % 3 :] + order[: i % 3]
             got = {}
             for fn in order:
                 got[fn.__name__] = fn()
             ours = got["run_ours"]
             rows.append((got["run_ipp"], *ours[:4], os.getloadavg()[0], ours[4]))
+            shim_rows.append(got["run_shim"])
         med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
         ratios = sorted(r[1] / r[0] for r in rows)
         print(
@@ -156,6 +175,14 @@ def main() -> None:
         print(f"ours: submit -> first user line        {med(2):7.3f} s   target <= 0.3 s (quiet)")
         print(f"ours: user code returned -> wait       {med(3):7.3f} s   target <= 0.2 s")
         print(f"ours: jobs run on processes forked ahead {sum(r[6] for r in rows)} of {len(rows)}")
+        smed = lambda k: statistics.median(r[k] for r in shim_rows)  # noqa: E731
+        direct_vs_shim = sorted(r[1] / s[0] for r, s in zip(rows, shim_rows))
+        print(
+            f"the same, launched through bash and the shim (before the hand-over, same rounds): "
+            f"{smed(0):.3f} s, first line {smed(1):.3f} s, exit {smed(2):.3f} s; "
+            f"handed over / through the shim {statistics.median(direct_vs_shim):.2f} "
+            f"[{direct_vs_shim[0]:.2f}-{direct_vs_shim[-1]:.2f}]"
+        )
         for p in warm_pool.list_pools(tmp / "state"):
             if p.get("alive"):
                 mib = lambda v: (v or 0) / 2**20  # noqa: E731
