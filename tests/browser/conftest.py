@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -188,14 +189,90 @@ def write_notebook(lab: dict, name: str, cells: list[str]) -> None:
     (lab["notebooks"] / name).write_text(json.dumps(_notebook(cells)))
 
 
-def open_notebook(page: Any, lab: dict, name: str) -> None:
-    """Open a notebook in the page and wait until its kernel is idle."""
+def open_notebook(page: Any, lab: dict, name: str, theme: str | None = None) -> None:
+    """Open a notebook in the page and wait until its kernel is idle (and, given a `theme`, until
+    the page shows that theme)."""
     from playwright.sync_api import expect
 
     # ?reset: a fresh layout with this notebook only (no tabs restored from earlier tests)
     page.goto(f"{lab['url']}/lab/tree/{name}?reset&token={lab['token']}")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
     expect(page.locator(".jp-StatusBar-Widget", has_text="| Idle")).to_have_count(1, timeout=90_000)
+    if theme is not None:
+        expect_theme(page, theme)
+
+
+#: The two themes the views are checked in (a test parametrized over them runs in each).
+THEMES = ["JupyterLab Light", "JupyterLab Dark"]
+
+
+def theme_slug(theme: str) -> str:
+    """The word a test names its notebooks and screenshots after: "dark" or "light"."""
+    return "dark" if "Dark" in theme else "light"
+
+
+def set_theme(lab: dict, theme: str) -> None:
+    """Make `theme` the lab's theme for the pages opened from now on (its user settings)."""
+    settings = lab["state"].parent / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
+
+
+@contextmanager
+def lab_theme(lab: dict, theme: str) -> Iterator[str]:
+    """The lab in `theme` for the block (which gets its slug), back to the light theme after it,
+    so the module's next tests start in the default theme whatever this one did."""
+    set_theme(lab, theme)
+    try:
+        yield theme_slug(theme)
+    finally:
+        set_theme(lab, "JupyterLab Light")
+
+
+def expect_theme(page: Any, theme: str) -> None:
+    """Wait until the open page is drawn in `theme` (JupyterLab's light/dark body attribute)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("body")).to_have_attribute(
+        "data-jp-theme-light", "false" if theme_slug(theme) == "dark" else "true", timeout=30_000
+    )
+
+
+@contextmanager
+def browser_page(failure_png: str, width: int = 1400, height: int = 1000) -> Iterator[Any]:
+    """A page of Debian's Chromium (its own browser context) for the block; if the block raises,
+    a screenshot goes to tests/artifacts/`failure_png` first (of this page, or if it was closed
+    of the newest page still open: see `fresh_page`). The browser is closed after the block."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+        try:
+            yield page
+        except Exception:
+            open_pages = [p for c in browser.contexts for p in c.pages if not p.is_closed()]
+            shown = page if not page.is_closed() else (open_pages or [None])[-1]
+            if shown is not None:
+                shown.screenshot(path=str(ARTIFACTS / failure_png))
+            raise
+        finally:
+            browser.close()
+
+
+def fresh_page(page: Any, width: int = 1400, height: int = 1000) -> Any:
+    """A new page of `page`'s browser in a context of its own (no cookie or storage of the
+    others): the notebook opened again as after closing the browser tab."""
+    return page.context.browser.new_context(viewport={"width": width, "height": height}).new_page()
+
+
+def run_cells(page: Any, count: int) -> None:
+    """Run the notebook's first `count` cells from the top as a person does: click into the
+    first cell, Escape to command mode, Shift+Enter once a cell."""
+    page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first.click()
+    page.keyboard.press("Escape")
+    for _ in range(count):
+        page.keyboard.press("Shift+Enter")
 
 
 #: Every text node of our views, its colour against the background it is drawn on (alpha
@@ -254,6 +331,17 @@ CONTRAST_JS = """
   return {checked, bad};
 }
 """
+
+
+def assert_readable(page: Any, selector: str, what: str, min_checked: int | None = 5) -> None:
+    """Every text in the elements `selector` matches is at 4.5:1 or more against what it is
+    drawn on (more than `min_checked` texts were checked, unless None), and axe-core finds no
+    violation there; `what` names the state in a failure."""
+    found = page.evaluate(CONTRAST_JS, selector)
+    if min_checked is not None:
+        assert found["checked"] > min_checked, (what, found)
+    assert found["bad"] == [], (what, found["bad"])
+    assert axe_violations(page, selector) == [], what
 
 
 def axe_violations(page: Any, selector: str) -> list[dict]:

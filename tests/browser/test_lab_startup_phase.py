@@ -9,19 +9,19 @@ every text at 4.5:1 and no axe violation; once the ranks print, the phase is gon
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.browser.conftest import (
     ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    CONTRAST_JS,
-    axe_violations,
+    THEMES,
+    assert_readable,
+    browser_page,
+    expect_theme,
+    lab_theme,
     open_notebook,
+    theme_slug,
     write_notebook,
 )
 from tests.browser.test_lab_live import _run_cell
@@ -48,28 +48,15 @@ def held_then_ticks(gate: str) -> None:
         time.sleep(0.5)
 
 
-def _set_theme(lab: dict, theme: str) -> None:
-    settings = lab["state"].parent / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True, exist_ok=True)
-    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
-
-
-def _passes(page: Any, what: str) -> None:
-    found = page.evaluate(CONTRAST_JS, VIEWS)
-    assert found["checked"] > 5, (what, found)
-    assert found["bad"] == [], (what, found["bad"])
-    assert axe_violations(page, VIEWS) == [], what
-
-
-@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+@pytest.mark.parametrize("theme", THEMES)
 def test_the_monitor_and_panel_show_the_held_rendezvous_then_the_log(
     lab: dict, theme: str, tmp_path: Path
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from kf_jupyter import LocalBackendConfig, TorchTrainer, TrainerClient
 
-    slug = "dark" if "Dark" in theme else "light"
+    slug = theme_slug(theme)
     gate = tmp_path / "gate"
     client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
     name = client.train(
@@ -85,68 +72,55 @@ def test_the_monitor_and_panel_show_the_held_rendezvous_then_the_log(
             f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
         ],
     )
-    _set_theme(lab, theme)
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            try:
-                open_notebook(page, lab, nb)
-                expect(page.locator("body")).to_have_attribute(
-                    "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
-                )
-                _run_cell(page, 0)
-                monitor = page.locator(".kf-LiveMonitor")
-                startup = monitor.locator(".kf-live-startup")
-                expect(startup).to_have_text(HELD, timeout=180_000)
-                # the same words as the backend's record (one source), while it is held
-                assert f"{client.get_job(name).phase}. No output yet." == HELD
-                assert monitor.locator(".kf-log-line").count() == 0
-                startup.scroll_into_view_if_needed()
-                page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-monitor.png"))
-                _passes(page, f"monitor, {slug}")
-                monitor.locator(".kf-live-open").click()
-                panel = page.locator(".kf-JobPanel")
-                expect(panel.locator(".kf-panel-startup")).to_have_text(HELD, timeout=30_000)
-                expect(panel.locator(".kf-events")).to_contain_text(
-                    "rank 0: waiting for the other ranks", timeout=30_000
-                )
-                page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-panel.png"))
-                _passes(page, f"panel, {slug}")
-                gate.touch()  # rank 1 joins: the ranks print, the phase goes away everywhere
-                expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(
-                    timeout=120_000
-                )
-                expect(panel.locator(".kf-panel-startup")).to_be_hidden()
-                notebook_tab = page.locator(f".lm-TabBar-tab:has-text('{nb}')").first
-                notebook_tab.click()
-                expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(
-                    timeout=60_000
-                )
-                expect(startup).to_be_hidden()
-            except Exception:
-                page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-failure.png"))
-                raise
-            finally:
-                browser.close()
+        with lab_theme(lab, theme), browser_page(f"phase-{slug}-failure.png") as page:
+            open_notebook(page, lab, nb, theme)
+            _run_cell(page, 0)
+            monitor = page.locator(".kf-LiveMonitor")
+            startup = monitor.locator(".kf-live-startup")
+            expect(startup).to_have_text(HELD, timeout=180_000)
+            # the same words as the backend's record (one source), while it is held
+            assert f"{client.get_job(name).phase}. No output yet." == HELD
+            assert monitor.locator(".kf-log-line").count() == 0
+            startup.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-monitor.png"))
+            assert_readable(page, VIEWS, f"monitor, {slug}")
+            monitor.locator(".kf-live-open").click()
+            panel = page.locator(".kf-JobPanel")
+            expect(panel.locator(".kf-panel-startup")).to_have_text(HELD, timeout=30_000)
+            expect(panel.locator(".kf-events")).to_contain_text(
+                "rank 0: waiting for the other ranks", timeout=30_000
+            )
+            page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-panel.png"))
+            assert_readable(page, VIEWS, f"panel, {slug}")
+            gate.touch()  # rank 1 joins: the ranks print, the phase goes away everywhere
+            expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(
+                timeout=120_000
+            )
+            expect(panel.locator(".kf-panel-startup")).to_be_hidden()
+            notebook_tab = page.locator(f".lm-TabBar-tab:has-text('{nb}')").first
+            notebook_tab.click()
+            expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(
+                timeout=60_000
+            )
+            expect(startup).to_be_hidden()
     finally:
-        _set_theme(lab, "JupyterLab Light")
         gate.touch()
         client.delete_job(name)
 
 
-@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+@pytest.mark.parametrize("theme", THEMES)
 def test_notebook7_shows_the_held_rendezvous_in_the_monitor_and_panel(
     lab: dict, theme: str, tmp_path: Path
 ) -> None:
     """Jupyter Notebook 7 (same server), light and dark: the live monitor and the job panel
     (in Notebook 7's right side panel) say what the held job is doing, in the backend's words,
     with every text at 4.5:1 and no axe violation; the phase goes once the ranks print."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from kf_jupyter import LocalBackendConfig, TorchTrainer, TrainerClient
 
-    slug = "dark" if "Dark" in theme else "light"
+    slug = theme_slug(theme)
     gate = tmp_path / "gate"
     client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
     name = client.train(
@@ -162,72 +136,60 @@ def test_notebook7_shows_the_held_rendezvous_in_the_monitor_and_panel(
             f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
         ],
     )
-    _set_theme(lab, theme)
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            try:
-                page.goto(f"{lab['url']}/notebooks/{nb}?token={lab['token']}")
-                page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
-                expect(page.locator("body")).to_have_attribute(
-                    "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
-                )
-                editor = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first
-                monitor = page.locator(".kf-LiveMonitor")
-                for _ in range(3):  # the kernel may still be starting: press again if need be
-                    # Notebook 7 may ask which kernel to start (others run on this server)
-                    select = page.locator(".jp-Dialog .jp-mod-accept", has_text="Select")
-                    if select.count():
-                        select.click()
-                    editor.click()
-                    page.keyboard.press("Escape")
-                    page.keyboard.press("Control+Enter")
-                    try:
-                        expect(monitor).to_have_count(1, timeout=30_000)
-                        break
-                    except AssertionError:
-                        continue
-                startup = monitor.locator(".kf-live-startup")
-                expect(startup).to_have_text(HELD, timeout=180_000)
-                assert f"{client.get_job(name).phase}. No output yet." == HELD
-                assert monitor.locator(".kf-log-line").count() == 0
-                startup.scroll_into_view_if_needed()
-                page.screenshot(path=str(ARTIFACTS / f"nb7-phase-{slug}-monitor.png"))
-                _passes(page, f"Notebook 7 monitor, {slug}")
-                monitor.locator(".kf-live-open").click()
-                panel = page.locator(".kf-JobPanel")
-                expect(panel).to_be_visible(timeout=30_000)
-                expect(panel.locator(".kf-panel-startup")).to_have_text(HELD, timeout=30_000)
-                expect(panel.locator(".kf-events")).to_contain_text(
-                    "rank 0: waiting for the other ranks", timeout=30_000
-                )
-                # the side panel is narrow: nothing in it is wider than it (the events' long
-                # messages were cut off at its right edge)
-                wide = panel.evaluate(
-                    """p => [...p.querySelectorAll('*')].filter(e => {
-                         const r = e.getBoundingClientRect(), q = p.getBoundingClientRect();
-                         return r.width > 0 && r.right > Math.min(q.right, innerWidth) + 1;
-                       }).map(e => e.className || e.tagName)"""
-                )
-                assert wide == [], wide
-                page.screenshot(path=str(ARTIFACTS / f"nb7-phase-{slug}-panel.png"))
-                _passes(page, f"Notebook 7 panel, {slug}")
-                gate.touch()  # rank 1 joins: the ranks print, the phase goes away in both
-                expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(
-                    timeout=120_000
-                )
-                expect(startup).to_be_hidden()
-                expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(
-                    timeout=60_000
-                )
-                expect(panel.locator(".kf-panel-startup")).to_be_hidden()
-            except Exception:
-                page.screenshot(path=str(ARTIFACTS / f"nb7-phase-{slug}-failure.png"))
-                raise
-            finally:
-                browser.close()
+        with lab_theme(lab, theme), browser_page(f"nb7-phase-{slug}-failure.png") as page:
+            page.goto(f"{lab['url']}/notebooks/{nb}?token={lab['token']}")
+            page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+            expect_theme(page, theme)
+            editor = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first
+            monitor = page.locator(".kf-LiveMonitor")
+            for _ in range(3):  # the kernel may still be starting: press again if need be
+                # Notebook 7 may ask which kernel to start (others run on this server)
+                select = page.locator(".jp-Dialog .jp-mod-accept", has_text="Select")
+                if select.count():
+                    select.click()
+                editor.click()
+                page.keyboard.press("Escape")
+                page.keyboard.press("Control+Enter")
+                try:
+                    expect(monitor).to_have_count(1, timeout=30_000)
+                    break
+                except AssertionError:
+                    continue
+            startup = monitor.locator(".kf-live-startup")
+            expect(startup).to_have_text(HELD, timeout=180_000)
+            assert f"{client.get_job(name).phase}. No output yet." == HELD
+            assert monitor.locator(".kf-log-line").count() == 0
+            startup.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / f"nb7-phase-{slug}-monitor.png"))
+            assert_readable(page, VIEWS, f"Notebook 7 monitor, {slug}")
+            monitor.locator(".kf-live-open").click()
+            panel = page.locator(".kf-JobPanel")
+            expect(panel).to_be_visible(timeout=30_000)
+            expect(panel.locator(".kf-panel-startup")).to_have_text(HELD, timeout=30_000)
+            expect(panel.locator(".kf-events")).to_contain_text(
+                "rank 0: waiting for the other ranks", timeout=30_000
+            )
+            # the side panel is narrow: nothing in it is wider than it (the events' long
+            # messages were cut off at its right edge)
+            wide = panel.evaluate(
+                """p => [...p.querySelectorAll('*')].filter(e => {
+                     const r = e.getBoundingClientRect(), q = p.getBoundingClientRect();
+                     return r.width > 0 && r.right > Math.min(q.right, innerWidth) + 1;
+                   }).map(e => e.className || e.tagName)"""
+            )
+            assert wide == [], wide
+            page.screenshot(path=str(ARTIFACTS / f"nb7-phase-{slug}-panel.png"))
+            assert_readable(page, VIEWS, f"Notebook 7 panel, {slug}")
+            gate.touch()  # rank 1 joins: the ranks print, the phase goes away in both
+            expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(
+                timeout=120_000
+            )
+            expect(startup).to_be_hidden()
+            expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(
+                timeout=60_000
+            )
+            expect(panel.locator(".kf-panel-startup")).to_be_hidden()
     finally:
-        _set_theme(lab, "JupyterLab Light")
         gate.touch()
         client.delete_job(name)
