@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import re
 from typing import Any
 
@@ -145,24 +144,6 @@ TORCHTUNE_IMMUTABLE = {"output_dir", "tokenizer.path", "checkpointer.checkpoint_
                        "tokenizer.merges_file"}  # fmt: skip
 
 
-def _gpus_per_node(resources: dict[str, Any]) -> int:
-    """runtime.go GetNumGPUPerNode: the first resource whose name contains "gpu"."""
-    for part in ("requests", "limits"):
-        for key, q in (resources.get(part) or {}).items():
-            if "gpu" in str(key).lower() and q is not None and float(str(q)):
-                return math.ceil(float(str(q)))
-    return 0
-
-
-def _cpus(resources: dict[str, Any]) -> int:
-    """torch.go getNumCPUPerNode: the CPU request (else limit), rounded up as Value() does."""
-    for part in ("requests", "limits"):
-        q = str((resources.get(part) or {}).get("cpu") or "")
-        if q:
-            return math.ceil(float(q[:-1]) / 1000 if q.endswith("m") else float(q))
-    return 0
-
-
 def _runtime_node_resources(runtime: dict[str, Any]) -> dict[str, Any]:
     for rj in ((runtime.get("spec") or {}).get("template") or {}).get("spec", {}).get(
         "replicatedJobs"
@@ -195,9 +176,9 @@ def torchtune_command(
     args = [str(a) for a in trainer.get("args") or []]
     nproc: Any = trainer.get("numProcPerNode")
     resources = trainer.get("resourcesPerNode") or _runtime_node_resources(runtime)
-    gpus = _gpus_per_node(resources)
+    gpus = trainer_plugins.gpus_per_node(resources)
     if nproc is None and gpus == 0:  # torch.go:133-135: auto without GPUs counts the CPUs
-        nproc = max(1, _cpus(resources))
+        nproc = max(1, trainer_plugins.cpus_per_node(resources))
     command = list(TORCHTUNE_ENTRYPOINT)
     multi = num_nodes > 1 or (isinstance(nproc, int) and nproc > 1) or (nproc is None and gpus > 1)
     if multi:

@@ -79,7 +79,8 @@ def gpus_per_node(resources: dict[str, Any]) -> int:
     return 0
 
 
-def _cpus(resources: dict[str, Any]) -> int:
+def cpus_per_node(resources: dict[str, Any]) -> int:
+    """torch.go getNumCPUPerNode: the CPU request (else limit), rounded up as Value() does."""
     for part in ("requests", "limits"):
         q = str((resources.get(part) or {}).get("cpu") or "")
         if q:
@@ -132,7 +133,7 @@ def enforce_ml_policy(
         res = _node_resources(tj, runtime)
         nproc: Any = trainer.get("numProcPerNode")
         if nproc is None:
-            nproc = "auto" if gpus_per_node(res) else max(1, _cpus(res))
+            nproc = "auto" if gpus_per_node(res) else max(1, cpus_per_node(res))
         for c in trainer_node:
             _env(
                 c,
