@@ -10,11 +10,10 @@ import pytest
 
 from tests.browser.conftest import (
     ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    CONTRAST_JS,
-    axe_violations,
+    assert_readable,
+    browser_page,
     open_notebook,
+    run_cells,
     write_notebook,
 )
 
@@ -34,42 +33,27 @@ CELLS = [
 def test_without_the_extension_the_widget_says_what_works_then_leaves_the_static_output(
     lab: dict,
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     write_notebook(lab, "fallback.ipynb", CELLS)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            open_notebook(page, lab, "fallback.ipynb")
-            assert page.locator("#kf-jupyter-sidebar").count() == 0  # the extension is off
-            page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first.click()
-            page.keyboard.press("Escape")
-            page.keyboard.press("Shift+Enter")
-            page.keyboard.press("Shift+Enter")
-            cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
-            widget = cell.locator(".jupyter-widgets.widget-vbox")
-            expect(widget).to_be_visible(timeout=120_000)
-            expect(widget.locator(".kf-busy-note")).to_contain_text(
-                "interrupt the kernel", timeout=30_000
-            )
-            expect(widget.locator(".kf-log-box")).to_contain_text("rank 1 line", timeout=120_000)
-            expect(cell.locator(".kf-LiveMonitor")).to_have_count(0)
-            page.screenshot(path=str(ARTIFACTS / "fallback-widget.png"))
-            views = ".jp-Notebook .jp-CodeCell .jupyter-widgets.widget-vbox"
-            found = page.evaluate(CONTRAST_JS, views)
-            assert found["checked"] > 10 and found["bad"] == [], found
-            assert axe_violations(page, views) == []
-            static = cell.locator(".kf-monitor-static.kf-status-complete")
-            expect(static).to_be_visible(timeout=180_000)
-            expect(cell.locator(".jupyter-widgets.widget-vbox")).to_have_count(0)
-            expect(static).to_contain_text("rank 1 line 79")
-            page.screenshot(path=str(ARTIFACTS / "fallback-static.png"))
-            found = page.evaluate(CONTRAST_JS, ".kf-monitor-static")
-            assert found["bad"] == [], found
-            assert axe_violations(page, ".kf-monitor-static") == []
-        except Exception:
-            page.screenshot(path=str(ARTIFACTS / "fallback-failure.png"))
-            raise
-        finally:
-            browser.close()
+    with browser_page("fallback-failure.png") as page:
+        open_notebook(page, lab, "fallback.ipynb")
+        assert page.locator("#kf-jupyter-sidebar").count() == 0  # the extension is off
+        run_cells(page, len(CELLS))
+        cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
+        widget = cell.locator(".jupyter-widgets.widget-vbox")
+        expect(widget).to_be_visible(timeout=120_000)
+        expect(widget.locator(".kf-busy-note")).to_contain_text(
+            "interrupt the kernel", timeout=30_000
+        )
+        expect(widget.locator(".kf-log-box")).to_contain_text("rank 1 line", timeout=120_000)
+        expect(cell.locator(".kf-LiveMonitor")).to_have_count(0)
+        page.screenshot(path=str(ARTIFACTS / "fallback-widget.png"))
+        views = ".jp-Notebook .jp-CodeCell .jupyter-widgets.widget-vbox"
+        assert_readable(page, views, "widget monitor", min_checked=10)
+        static = cell.locator(".kf-monitor-static.kf-status-complete")
+        expect(static).to_be_visible(timeout=180_000)
+        expect(cell.locator(".jupyter-widgets.widget-vbox")).to_have_count(0)
+        expect(static).to_contain_text("rank 1 line 79")
+        page.screenshot(path=str(ARTIFACTS / "fallback-static.png"))
+        assert_readable(page, ".kf-monitor-static", "static view", min_checked=None)

@@ -21,15 +21,15 @@ import pytest
 
 from tests.browser.conftest import (
     ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    CONTRAST_JS,
-    axe_violations,
+    THEMES,
+    assert_readable,
+    browser_page,
+    lab_theme,
     open_notebook,
+    theme_slug,
     write_notebook,
 )
 from tests.browser.test_lab_live import CELLS_CSS, DONE, _run_cell
-from tests.browser.test_lab_views import _set_theme
 
 pytestmark = pytest.mark.slow
 
@@ -147,19 +147,16 @@ def _saved_notebook(lab: dict, name: str, outputs: list[dict]) -> None:
 
 def _check_views(page: Any, slug: str, what: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"sweeps-{slug}-{what}.png"))
-    found = page.evaluate(CONTRAST_JS, VIEWS)
-    assert found["checked"] > 20, found
-    assert found["bad"] == [], found["bad"]
-    assert axe_violations(page, VIEWS) == []
+    assert_readable(page, VIEWS, f"{what}, {slug}", min_checked=20)
 
 
-@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+@pytest.mark.parametrize("theme", THEMES)
 def test_sweep_and_compare_views_in_the_browser(lab: dict, trials: dict, theme: str) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     jobs, client = trials["jobs"], trials["client"]
-    slug = "dark" if "Dark" in theme else "light"
-    light = "Light" in theme
+    slug = theme_slug(theme)
+    light = slug == "light"
     write_notebook(
         lab,
         f"sweep-{slug}.ipynb",
@@ -169,93 +166,78 @@ def test_sweep_and_compare_views_in_the_browser(lab: dict, trials: dict, theme: 
         ],
     )
     _saved_notebook(lab, f"saved-{slug}.ipynb", _static_outputs(client, jobs))
-    _set_theme(lab, theme)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        with lab_theme(lab, theme), browser_page(f"sweeps-{slug}-failure.png", height=1100) as page:
             sockets: list[str] = []
             page.on("websocket", lambda ws: sockets.append(ws.url))
-            try:
-                # -- the finished views, from a saved notebook: nothing runs --------------------
-                open_notebook(page, lab, f"saved-{slug}.ipynb")
-                expect(page.locator("body")).to_have_attribute(
-                    "data-jp-theme-light", "true" if light else "false", timeout=30_000
+            # -- the finished views, from a saved notebook: nothing runs --------------------
+            open_notebook(page, lab, f"saved-{slug}.ipynb", theme)
+            static = page.locator(".kf-sweep-static")
+            expect(static).to_have_count(1, timeout=30_000)
+            # (an untrusted notebook's sanitizer drops data-* attributes: read the text)
+            expect(static.locator("tr.kf-best td").first).to_have_text("t1 ★ best")
+            failed = static.locator("tr.kf-trial", has_text="t3")
+            expect(failed.locator(".kf-objective")).to_have_text("0.125 (failed)")
+            expect(failed).to_contain_text("Failed")
+            # the charts are images the sanitizer kept, and they decode
+            for view in (".kf-sweep-static", ".kf-compare-static"):
+                img = page.locator(f"{view} img.kf-compare-img")
+                expect(img).to_have_count(1)
+                assert img.evaluate("i => i.complete && i.naturalWidth") == 480
+            rows = page.locator(".kf-compare-static tr.kf-compare-row")
+            expect(rows).to_have_count(3)
+            _check_views(page, slug, "static")
+
+            # -- the live sweep view ---------------------------------------------------------
+            open_notebook(page, lab, f"sweep-{slug}.ipynb")
+            _run_cell(page, 0)
+            cell = page.locator(CELLS_CSS).nth(0)
+            expect(cell.locator(".jp-InputPrompt")).to_have_text(DONE, timeout=60_000)
+            view = cell.locator(".kf-LiveSweep")
+            expect(view.locator("tr.kf-trial")).to_have_count(4, timeout=30_000)
+            t4 = view.locator("tr[data-trial='t4']")
+            expect(t4).to_have_attribute("data-status", "Running", timeout=60_000)
+            # t4 has the lowest loss but runs: the best is the best completed trial
+            expect(view.locator("tr.kf-best")).to_have_attribute("data-trial", "t1")
+            expect(view.locator(".kf-sweep-best")).to_contain_text("best t1: loss 0.25")
+            t3 = view.locator("tr[data-trial='t3']")
+            expect(t3).to_have_attribute("data-status", "Failed")
+            expect(t3.locator(".kf-objective")).to_contain_text("(failed)")
+            chart = view.locator(".kf-overlay-chart[data-metric='loss']")
+            for job in jobs.values():
+                expect(chart.locator(f"[data-run='{job}']")).to_have_count(1, timeout=30_000)
+            expect(chart.locator(".kf-overlay-best")).to_have_attribute("data-run", jobs["t1"])
+            page.wait_for_timeout(1000)
+            _check_views(page, slug, "live")
+            # t4 completes: the view says so and makes it the best
+            trials["flag"].touch()
+            expect(t4).to_have_attribute("data-status", "Complete", timeout=120_000)
+            expect(view.locator("tr.kf-best")).to_have_attribute("data-trial", "t4")
+            expect(chart.locator(".kf-overlay-best")).to_have_attribute("data-run", jobs["t4"])
+            streams = [u for u in sockets if "/kf-jupyter/api/stream" in u]
+            assert len(streams) == 1, sockets  # eight subscriptions, one connection
+
+            # -- the sidebar's Compare -------------------------------------------------------
+            page.locator(".jp-SideBar [data-id='kf-jupyter-sidebar']").click()
+            sidebar = page.locator("#kf-jupyter-sidebar")
+            button = sidebar.locator(".kf-compare-button")
+            expect(button).to_be_disabled(timeout=30_000)
+            for t in ("t1", "t2"):
+                sidebar.get_by_label(f"Select job {jobs[t]} for comparison").check(timeout=60_000)
+            expect(button).to_have_text("Compare (2)")
+            button.click()
+            panel = page.locator(".kf-ComparePanel")
+            expect(panel.locator("tr.kf-compare-row")).to_have_count(2, timeout=30_000)
+            pchart = panel.locator(".kf-overlay-chart[data-metric='loss']")
+            for t in ("t1", "t2"):
+                expect(pchart.locator(f"path[data-run='{jobs[t]}']")).to_have_count(
+                    1, timeout=30_000
                 )
-                static = page.locator(".kf-sweep-static")
-                expect(static).to_have_count(1, timeout=30_000)
-                # (an untrusted notebook's sanitizer drops data-* attributes: read the text)
-                expect(static.locator("tr.kf-best td").first).to_have_text("t1 ★ best")
-                failed = static.locator("tr.kf-trial", has_text="t3")
-                expect(failed.locator(".kf-objective")).to_have_text("0.125 (failed)")
-                expect(failed).to_contain_text("Failed")
-                # the charts are images the sanitizer kept, and they decode
-                for view in (".kf-sweep-static", ".kf-compare-static"):
-                    img = page.locator(f"{view} img.kf-compare-img")
-                    expect(img).to_have_count(1)
-                    assert img.evaluate("i => i.complete && i.naturalWidth") == 480
-                rows = page.locator(".kf-compare-static tr.kf-compare-row")
-                expect(rows).to_have_count(3)
-                _check_views(page, slug, "static")
-
-                # -- the live sweep view ---------------------------------------------------------
-                open_notebook(page, lab, f"sweep-{slug}.ipynb")
-                _run_cell(page, 0)
-                cell = page.locator(CELLS_CSS).nth(0)
-                expect(cell.locator(".jp-InputPrompt")).to_have_text(DONE, timeout=60_000)
-                view = cell.locator(".kf-LiveSweep")
-                expect(view.locator("tr.kf-trial")).to_have_count(4, timeout=30_000)
-                t4 = view.locator("tr[data-trial='t4']")
-                expect(t4).to_have_attribute("data-status", "Running", timeout=60_000)
-                # t4 has the lowest loss but runs: the best is the best completed trial
-                expect(view.locator("tr.kf-best")).to_have_attribute("data-trial", "t1")
-                expect(view.locator(".kf-sweep-best")).to_contain_text("best t1: loss 0.25")
-                t3 = view.locator("tr[data-trial='t3']")
-                expect(t3).to_have_attribute("data-status", "Failed")
-                expect(t3.locator(".kf-objective")).to_contain_text("(failed)")
-                chart = view.locator(".kf-overlay-chart[data-metric='loss']")
-                for job in jobs.values():
-                    expect(chart.locator(f"[data-run='{job}']")).to_have_count(1, timeout=30_000)
-                expect(chart.locator(".kf-overlay-best")).to_have_attribute("data-run", jobs["t1"])
-                page.wait_for_timeout(1000)
-                _check_views(page, slug, "live")
-                # t4 completes: the view says so and makes it the best
-                trials["flag"].touch()
-                expect(t4).to_have_attribute("data-status", "Complete", timeout=120_000)
-                expect(view.locator("tr.kf-best")).to_have_attribute("data-trial", "t4")
-                expect(chart.locator(".kf-overlay-best")).to_have_attribute("data-run", jobs["t4"])
-                streams = [u for u in sockets if "/kf-jupyter/api/stream" in u]
-                assert len(streams) == 1, sockets  # eight subscriptions, one connection
-
-                # -- the sidebar's Compare -------------------------------------------------------
-                page.locator(".jp-SideBar [data-id='kf-jupyter-sidebar']").click()
-                sidebar = page.locator("#kf-jupyter-sidebar")
-                button = sidebar.locator(".kf-compare-button")
-                expect(button).to_be_disabled(timeout=30_000)
-                for t in ("t1", "t2"):
-                    sidebar.get_by_label(f"Select job {jobs[t]} for comparison").check(
-                        timeout=60_000
-                    )
-                expect(button).to_have_text("Compare (2)")
-                button.click()
-                panel = page.locator(".kf-ComparePanel")
-                expect(panel.locator("tr.kf-compare-row")).to_have_count(2, timeout=30_000)
-                pchart = panel.locator(".kf-overlay-chart[data-metric='loss']")
-                for t in ("t1", "t2"):
-                    expect(pchart.locator(f"path[data-run='{jobs[t]}']")).to_have_count(
-                        1, timeout=30_000
-                    )
-                expect(panel.locator(f"tr[data-job='{jobs['t2']}'] td").nth(3)).to_have_text("2")
-                page.wait_for_timeout(1000)
-                _check_views(page, slug, "compare")
-            except Exception:
-                page.screenshot(path=str(ARTIFACTS / f"sweeps-{slug}-failure.png"))
-                raise
-            finally:
-                browser.close()
+            expect(panel.locator(f"tr[data-job='{jobs['t2']}'] td").nth(3)).to_have_text("2")
+            page.wait_for_timeout(1000)
+            _check_views(page, slug, "compare")
     finally:
-        _set_theme(lab, "JupyterLab Light")
         if light:  # the light run let t4 finish: the dark run starts it again for its live check
             _restart_t4(trials)
 

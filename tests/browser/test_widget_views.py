@@ -22,11 +22,14 @@ import pytest
 
 from tests.browser.conftest import (
     ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    CONTRAST_JS,
-    axe_violations,
+    THEMES,
+    assert_readable,
+    browser_page,
+    fresh_page,
+    lab_theme,
     open_notebook,
+    run_cells,
+    theme_slug,
     write_notebook,
 )
 from tests.browser.test_lab_views import assert_one_row
@@ -62,28 +65,15 @@ FORM_WITH_ERROR = (
 WIDGETS = ".jp-Notebook .jp-OutputArea-output .jupyter-widgets.widget-vbox"
 
 
-def _set_theme(lab: dict, theme: str) -> None:
-    settings = lab["state"].parent / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True, exist_ok=True)
-    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
-
-
-def _views_pass(page: Any, selector: str, what: str) -> None:
-    found = page.evaluate(CONTRAST_JS, selector)
-    assert found["checked"] > 5, (what, found)
-    assert found["bad"] == [], (what, found["bad"])
-    assert axe_violations(page, selector) == [], what
-
-
-@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+@pytest.mark.parametrize("theme", THEMES)
 def test_widget_views_bar_lines_one_row_header_contrast_and_a_finished_job_comes_back(
     lab: dict, theme: str
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from kf_jupyter import LocalBackendConfig, TrainerClient
 
-    slug = "dark" if "Dark" in theme else "light"
+    slug = theme_slug(theme)
     name = f"bars-{slug}"
     cells = [
         "%load_ext kf_jupyter",
@@ -93,69 +83,51 @@ def test_widget_views_bar_lines_one_row_header_contrast_and_a_finished_job_comes
     ]
     nb = f"widgets-{slug}.ipynb"
     write_notebook(lab, nb, cells)
-    _set_theme(lab, theme)
     client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            try:
-                open_notebook(page, lab, nb)
-                expect(page.locator("body")).to_have_attribute(
-                    "data-jp-theme-light", "false" if slug == "dark" else "true", timeout=30_000
-                )
-                page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first.click()
-                page.keyboard.press("Escape")
-                for _ in cells:
-                    page.keyboard.press("Shift+Enter")
-                cell = page.locator(".jp-Notebook .jp-CodeCell").nth(3)
-                widget = cell.locator(".jupyter-widgets.widget-vbox").first
-                log = widget.locator(".kf-log-box")
-                expect(log).to_contain_text("rank 1 step 4 loss", timeout=180_000)
-                text = log.inner_text()
-                assert "]rank" not in text, text  # no bar fragment before a printed line
-                assert "rank 0 step 3 loss" in text and "rank 1 step 3 loss" in text, text
-                # the bar is each rank's last line while it runs
-                last = {ln.split("]", 1)[0]: ln for ln in text.splitlines() if ln.strip()}
-                assert any("%|" in ln for ln in last.values()), text
-                header = widget.locator(".widget-hbox").first
-                assert_one_row(header, "wide window")
-                page.set_viewport_size({"width": 760, "height": 1000})
-                page.wait_for_timeout(500)
-                assert_one_row(header, "narrow window")
-                widget.scroll_into_view_if_needed()
-                page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-narrow.png"))
-                page.set_viewport_size({"width": 1400, "height": 1000})
-                # the forms: %kf_config and one showing an error
-                forms = page.locator(".jp-Notebook .jp-CodeCell").nth(2)
-                expect(forms.locator(".kf-errors")).to_contain_text("1BAD", timeout=30_000)
-                page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-running.png"))
-                _views_pass(page, WIDGETS, f"widgets and forms, {slug}")
-                # the page goes away (saved, closed) while the job runs; the job ends meanwhile
-                page.keyboard.press("Control+s")
-                expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
-                page.close()
-                job = client.wait_for_job_status(name, timeout=300)
-                assert job.status == "Complete", job
-                time.sleep(3)  # the kernel's cell ends: its widget becomes the static view
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                open_notebook(page, lab, nb)
-                cell = page.locator(".jp-Notebook .jp-CodeCell").nth(3)
-                static = cell.locator(".kf-monitor-static.kf-status-complete")
-                expect(static).to_be_visible(timeout=60_000)
-                expect(cell).not_to_contain_text("model not found")
-                expect(static).to_contain_text("rank 1 step 24 loss")
-                assert "]rank" not in static.inner_text()
-                static.scroll_into_view_if_needed()
-                page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-came-back.png"))
-                _views_pass(page, ".kf-monitor-static", f"static view, {slug}")
-            except Exception:
-                page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-failure.png"))
-                raise
-            finally:
-                browser.close()
-    finally:
-        _set_theme(lab, "JupyterLab Light")
+    with lab_theme(lab, theme), browser_page(f"widget-{slug}-failure.png") as page:
+        open_notebook(page, lab, nb, theme)
+        run_cells(page, len(cells))
+        cell = page.locator(".jp-Notebook .jp-CodeCell").nth(3)
+        widget = cell.locator(".jupyter-widgets.widget-vbox").first
+        log = widget.locator(".kf-log-box")
+        expect(log).to_contain_text("rank 1 step 4 loss", timeout=180_000)
+        text = log.inner_text()
+        assert "]rank" not in text, text  # no bar fragment before a printed line
+        assert "rank 0 step 3 loss" in text and "rank 1 step 3 loss" in text, text
+        # the bar is each rank's last line while it runs
+        last = {ln.split("]", 1)[0]: ln for ln in text.splitlines() if ln.strip()}
+        assert any("%|" in ln for ln in last.values()), text
+        header = widget.locator(".widget-hbox").first
+        assert_one_row(header, "wide window")
+        page.set_viewport_size({"width": 760, "height": 1000})
+        page.wait_for_timeout(500)
+        assert_one_row(header, "narrow window")
+        widget.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-narrow.png"))
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        # the forms: %kf_config and one showing an error
+        forms = page.locator(".jp-Notebook .jp-CodeCell").nth(2)
+        expect(forms.locator(".kf-errors")).to_contain_text("1BAD", timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-running.png"))
+        assert_readable(page, WIDGETS, f"widgets and forms, {slug}")
+        # the page goes away (saved, closed) while the job runs; the job ends meanwhile
+        page.keyboard.press("Control+s")
+        expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
+        page.close()
+        job = client.wait_for_job_status(name, timeout=300)
+        assert job.status == "Complete", job
+        time.sleep(3)  # the kernel's cell ends: its widget becomes the static view
+        page = fresh_page(page)
+        open_notebook(page, lab, nb)
+        cell = page.locator(".jp-Notebook .jp-CodeCell").nth(3)
+        static = cell.locator(".kf-monitor-static.kf-status-complete")
+        expect(static).to_be_visible(timeout=60_000)
+        expect(cell).not_to_contain_text("model not found")
+        expect(static).to_contain_text("rank 1 step 24 loss")
+        assert "]rank" not in static.inner_text()
+        static.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"widget-{slug}-came-back.png"))
+        assert_readable(page, ".kf-monitor-static", f"static view, {slug}")
 
 
 #: A short job that prints a few lines; `--no-wait` ends its cell at once, so it ends later.
@@ -184,7 +156,7 @@ def test_finished_jobs_stay_static_views_after_a_kernel_restart_and_a_reload(lab
       saved output was the ipywidget monitor, whose model a restarted kernel does not have:
       "model not found"; now the monitor replaces its own output with the static view when
       the job ends), in JupyterLab and in Notebook 7 (same server)."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from kf_jupyter import LocalBackendConfig, TrainerClient
 
@@ -196,53 +168,41 @@ def test_finished_jobs_stay_static_views_after_a_kernel_restart_and_a_reload(lab
     nb = "restart.ipynb"
     write_notebook(lab, nb, cells)
     client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            open_notebook(page, lab, nb)
-            page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first.click()
-            page.keyboard.press("Escape")
-            for _ in cells:
-                page.keyboard.press("Shift+Enter")
-            for name in ("rs-later", "rs-followed"):
-                wait_until(
-                    lambda name=name: name in {j.name for j in client.list_jobs()},
-                    f"job {name} to be submitted",
-                    poll=0.5,
-                )
-                assert client.wait_for_job_status(name, timeout=300).status == "Complete"
-            followed = page.locator(".jp-Notebook .jp-CodeCell").nth(2)
-            expect(followed.locator(".kf-monitor-static.kf-status-complete")).to_be_visible(
-                timeout=60_000
+    with browser_page("widget-after-restart-failure.png") as page:
+        open_notebook(page, lab, nb)
+        run_cells(page, len(cells))
+        for name in ("rs-later", "rs-followed"):
+            wait_until(
+                lambda name=name: name in {j.name for j in client.list_jobs()},
+                f"job {name} to be submitted",
+                poll=0.5,
             )
-            page.wait_for_timeout(5000)  # the --no-wait monitor's last poll and update
-            page.keyboard.press("Control+s")
-            expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
-            _restart_kernel(page)
+            assert client.wait_for_job_status(name, timeout=300).status == "Complete"
+        followed = page.locator(".jp-Notebook .jp-CodeCell").nth(2)
+        expect(followed.locator(".kf-monitor-static.kf-status-complete")).to_be_visible(
+            timeout=60_000
+        )
+        page.wait_for_timeout(5000)  # the --no-wait monitor's last poll and update
+        page.keyboard.press("Control+s")
+        expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
+        _restart_kernel(page)
+        page.close()
+        pages = [("lab", f"/lab/tree/{nb}?reset"), ("notebook7", f"/notebooks/{nb}?")]
+        for front, path in pages:
+            page = fresh_page(page)
+            page.goto(f"{lab['url']}{path}&token={lab['token']}")
+            page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+            for i, name in ((1, "rs-later"), (2, "rs-followed")):
+                cell = page.locator(".jp-Notebook .jp-CodeCell").nth(i)
+                static = cell.locator(".kf-monitor-static.kf-status-complete")
+                expect(static).to_be_visible(timeout=60_000)
+                expect(static).to_contain_text(name)
+                expect(static).to_contain_text("step 5 done")
+                expect(cell).not_to_contain_text("model not found")
+            page.wait_for_timeout(2000)  # the widget manager has restored by now
+            expect(page.locator(".jp-Notebook")).not_to_contain_text("Error displaying")
+            page.screenshot(path=str(ARTIFACTS / f"widget-after-restart-{front}.png"))
             page.close()
-            pages = [("lab", f"/lab/tree/{nb}?reset"), ("notebook7", f"/notebooks/{nb}?")]
-            for front, path in pages:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"{lab['url']}{path}&token={lab['token']}")
-                page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
-                for i, name in ((1, "rs-later"), (2, "rs-followed")):
-                    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(i)
-                    static = cell.locator(".kf-monitor-static.kf-status-complete")
-                    expect(static).to_be_visible(timeout=60_000)
-                    expect(static).to_contain_text(name)
-                    expect(static).to_contain_text("step 5 done")
-                    expect(cell).not_to_contain_text("model not found")
-                page.wait_for_timeout(2000)  # the widget manager has restored by now
-                expect(page.locator(".jp-Notebook")).not_to_contain_text("Error displaying")
-                page.screenshot(path=str(ARTIFACTS / f"widget-after-restart-{front}.png"))
-                page.close()
-        except Exception:
-            if not page.is_closed():
-                page.screenshot(path=str(ARTIFACTS / "widget-after-restart-failure.png"))
-            raise
-        finally:
-            browser.close()
     saved = json.loads((lab["notebooks"] / nb).read_text())
     for cell in saved["cells"][1:]:
         kinds = {k for out in cell["outputs"] for k in out.get("data", {})}
