@@ -17,6 +17,7 @@ import pytest
 from kf_jupyter.backends.kubernetes.status import reconcile_failure
 from kf_jupyter.constants import GROUP, VERSION
 from tests.k8s_cluster.reconcile_events import BASE_DELAY, MAX_DELAY, Backoff
+from tests.refused_jobs import create_raw_trainjob
 
 TJ = {"metadata": {"name": "j", "uid": "u1"}}
 
@@ -73,18 +74,7 @@ def test_a_refused_jobset_is_retried_and_its_event_series_grows(
 
     api = k8s_cluster.api_client()
     name = "r" * 50  # accepted as a TrainJob, its JobSet refused by the JobSet webhook
-    job = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
-            "trainer": {"numNodes": 2, "command": ["true"]},
-        },
-    }
-    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP, VERSION, k8s_namespace, "trainjobs", job
-    )
+    created = create_raw_trainjob(api, k8s_namespace, name)
     uid = created["metadata"]["uid"]
     events = client.EventsV1Api(api)
     deadline = time.monotonic() + 60

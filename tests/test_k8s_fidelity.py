@@ -12,7 +12,6 @@ import pytest
 from kf_jupyter import JobFailedError, JobRejectedError, TorchTrainer, ValidationError
 from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
 from kf_jupyter.config import RuntimeConfig
-from kf_jupyter.constants import GROUP, VERSION
 from kf_jupyter.errors import OptionError
 from kf_jupyter.options import (
     Name,
@@ -24,6 +23,7 @@ from kf_jupyter.options import (
     TrainerCommand,
 )
 from kf_jupyter.types import CREATED
+from tests.refused_jobs import assert_the_reason_shows_everywhere, create_raw_trainjob
 
 
 def _train() -> None:
@@ -64,21 +64,8 @@ def test_a_reconcile_failure_is_the_waiting_reason_and_stops_the_wait(
     backend: Any, k8s_cluster: Any, k8s_namespace: str
 ) -> None:
     """The TrainJob is accepted, its JobSet refused: the Trainer emits only an event."""
-    from kubernetes import client
-
     name = "x" * 50  # what an older kf-jupyter (or kubectl) submits
-    job = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
-            "trainer": {"numNodes": 2, "command": ["true"]},
-        },
-    }
-    client.CustomObjectsApi(k8s_cluster.api_client()).create_namespaced_custom_object(
-        GROUP, VERSION, k8s_namespace, "trainjobs", job
-    )
+    create_raw_trainjob(k8s_cluster.api_client(), k8s_namespace, name)
     t0 = time.monotonic()
     with pytest.raises(JobFailedError) as info:
         backend.wait_for_job_status(name, timeout=120)
@@ -89,26 +76,8 @@ def test_a_reconcile_failure_is_the_waiting_reason_and_stops_the_wait(
     got = backend.get_job(name)
     assert got.status == CREATED and got.reason == "TrainJobResourcesCreationFailed"
     assert "will exceed 63 characters" in got.message
-    [listed] = backend.list_jobs()
-    assert listed.reason == "TrainJobResourcesCreationFailed"
-    from kf_jupyter.magics.render import job_rows
-
-    assert "TrainJobResourcesCreationFailed" in " ".join(job_rows([listed])[0])
-    pytest.importorskip("ipywidgets")
-    from kf_jupyter.widgets.monitor import JobMonitor
-
-    class Client:  # the monitor reads the job through get_job, as with the real client
-        backend_name = "kubernetes"
-
-        def get_job(self, job_name: str) -> Any:
-            return backend.get_job(job_name)
-
-    monitor = JobMonitor(Client(), name, records=[], poll_status=False)
-    monitor._apply_job(backend.get_job(name))
-    assert "TrainJobResourcesCreationFailed" in monitor._header_html()
-    assert "will exceed 63 characters" in monitor._header_html()
-    # the lab's job panel shows reason: message from the server's job JSON
-    assert got.to_dict()["reason"] == "TrainJobResourcesCreationFailed"
+    # in %kf_jobs, the widget monitor's header (with the message) and the lab's job panel
+    assert_the_reason_shows_everywhere(backend, got, "will exceed 63 characters")
 
 
 # -- 2. runtimePatches within the CRD's maxItems ---------------------------------------------

@@ -21,6 +21,7 @@ from kf_jupyter.options import (
     PodTemplateOverrides,
 )
 from kf_jupyter.types import COMPLETE, CREATED
+from tests.refused_jobs import assert_the_reason_shows_everywhere
 
 pytestmark = pytest.mark.slow
 ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -119,24 +120,7 @@ def test_unreadable_labels_a_refused_pod_is_the_reason_and_ends_the_wait(
     got = backend.get_job(name)
     assert got.status == CREATED and got.reason == "FailedCreate" and got.steps == []
     assert "violates PodSecurity" in got.message
-    [listed] = backend.list_jobs()
-    assert listed.reason == "FailedCreate"
-    from kf_jupyter.magics.render import job_rows
-
-    assert "FailedCreate" in " ".join(job_rows([listed])[0])
-    pytest.importorskip("ipywidgets")
-    from kf_jupyter.widgets.monitor import JobMonitor
-
-    class Client:  # the monitor reads the job through get_job, as with the real client
-        backend_name = "kubernetes"
-
-        def get_job(self, job_name: str) -> Any:
-            return backend.get_job(job_name)
-
-    monitor = JobMonitor(Client(), name, records=[], poll_status=False)
-    monitor._apply_job(got)
-    assert "FailedCreate" in monitor._header_html()
-    assert got.to_dict()["reason"] == "FailedCreate"  # the lab's job panel
+    assert_the_reason_shows_everywhere(backend, got)
     # a refused pod is no pod; the Job controller retries with back-off, one event counting up
     core = client.CoreV1Api(k8s_cluster.api_client())
     assert core.list_namespaced_pod(limited_ns).items == []
