@@ -21,6 +21,7 @@ from kf_jupyter.backends.local.backend import LocalBackend
 from kf_jupyter.backends.local.config import LocalBackendConfig
 from kf_jupyter.types import COMPLETE, CREATED, FAILED
 
+from .magic_shell import line_magic_output
 from .store_jobs import write_job
 
 REPO = Path(__file__).resolve().parent.parent
@@ -192,22 +193,14 @@ def test_newest_and_the_routes_json_agree_with_the_full_list(tmp_path):
 
 
 def test_kf_jobs_shows_the_newest_hundred_and_says_how_many_more(tmp_path, monkeypatch, capsys):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    from kf_jupyter.magics.core import JOBS_SHOWN, KubeflowMagics
+    from kf_jupyter.magics.core import JOBS_SHOWN
 
     state = tmp_path / "state"
     for i in range(JOBS_SHOWN + 5):
         write_job(state, f"job-{i:03d}", created=1000.0 + i)
     monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(state))
-    sh = InteractiveShell.instance()
-    sh.config.pop("KubeflowMagics", None)
-    sh.register_magics(KubeflowMagics(shell=sh))
-    capsys.readouterr()
-    sh.run_line_magic("kf_jobs", "")
-    out = capsys.readouterr().out
+    out = line_magic_output(capsys, "kf_jobs")
     assert f"The newest {JOBS_SHOWN} of {JOBS_SHOWN + 5} jobs" in out and "--all" in out, out
     assert "job-104" in out and "job-004 " not in out and "job-005" in out
-    sh.run_line_magic("kf_jobs", "--all")
-    out = capsys.readouterr().out
+    out = line_magic_output(capsys, "kf_jobs", "--all")
     assert "job-000" in out and "job-104" in out and "The newest" not in out

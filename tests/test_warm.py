@@ -94,16 +94,17 @@ def leaks():
     return found
 
 
-def _wait_ready(client, framework: str) -> warm_pool.Pool:
+def _wait_ready(client, framework: str, timeout: float = 120) -> warm_pool.Pool:
+    """The `framework` pool a default job of it uses, started and waited for until it is ready."""
     pool = client.backend.prestart_pool(framework)
     assert pool is not None
-    end = time.monotonic() + 120
+    end = time.monotonic() + timeout
     while time.monotonic() < end:
         meta = warm_pool._read_meta(pool.meta) or {}
         if meta.get("state") == "ready" and pool.socket.exists():
             return pool
         time.sleep(0.05)
-    raise AssertionError(f"the {framework} pool did not become ready in 120 s: {pool.log}")
+    raise AssertionError(f"the {framework} pool did not become ready in {timeout} s: {pool.log}")
 
 
 def _normalize(record: dict, job: str) -> dict:

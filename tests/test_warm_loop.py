@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kf_jupyter.backends.local.envs import TORCHRUN_WRAPPER
 from kf_jupyter.backends.local.warm import pool as warm_pool
+from tests.magic_shell import line_magic_output
 
 
 def _bin(tmp_path: Path, text: str) -> Path:
@@ -100,11 +101,8 @@ def test_the_memory_cap_stops_the_least_recently_used_pools(tmp_path):
 
 
 def test_kf_pool_says_why_jobs_started_cold(tmp_path, monkeypatch, capsys):
-    from IPython.core.interactiveshell import InteractiveShell
-
     from kf_jupyter import JAXTrainer, TrainerClient
     from kf_jupyter.backends.local.config import LocalBackendConfig
-    from kf_jupyter.magics.core import KubeflowMagics
     from kf_jupyter.options import Warm
 
     state = tmp_path / "state"
@@ -116,12 +114,7 @@ def test_kf_pool_says_why_jobs_started_cold(tmp_path, monkeypatch, capsys):
 
     name = client.train(JAXTrainer(func=f, initialize_distributed=False), options=[Warm(False)])
     client.wait_for_job_status(name, timeout=120)
-    sh = InteractiveShell.instance()
-    sh.config.pop("KubeflowMagics", None)
-    sh.register_magics(KubeflowMagics(shell=sh))
-    capsys.readouterr()
-    sh.run_line_magic("kf_pool", "")
-    out = capsys.readouterr().out
+    out = line_magic_output(capsys, "kf_pool")
     assert "Recent cold starts" in out and name in out, out
     assert "warm starts are off for this job (Warm(False))" in out, out
     assert "MiB together" in out

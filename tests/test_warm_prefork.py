@@ -27,7 +27,9 @@ from kf_jupyter import TorchTrainer
 from kf_jupyter.backends.local.warm import pool as warm_pool
 from kf_jupyter.options import Warm
 
+from .magic_shell import line_magic_output
 from .test_local_support import client_fixture  # noqa: F401
+from .test_warm import _wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -70,18 +72,6 @@ def how_python_compiled_me(x: int = 1) -> dict:
         "runner_in_job": all(os.path.dirname(f) == work for f in runner),
     }
 '''
-
-
-def _ready(client: Any) -> warm_pool.Pool:
-    pool = client.backend.prestart_pool("torch")
-    assert pool is not None
-    end = time.monotonic() + 300
-    while time.monotonic() < end:
-        meta = warm_pool._read_meta(pool.meta) or {}
-        if meta.get("state") == "ready" and pool.socket.exists():
-            return pool
-        time.sleep(0.05)
-    raise AssertionError(f"the torch pool did not become ready: {pool.log}")
 
 
 def _spare(pool: warm_pool.Pool, ranks: int, timeout: float = 60.0) -> tuple[int, set[int]]:
@@ -151,7 +141,7 @@ def _gone(pids: set[int] | list[int], timeout: float = 30.0) -> bool:
 def test_a_job_runs_on_processes_forked_ahead_each_used_once_then_replaced(client, tmp_path):
     """Failed before: every node and rank was forked from the pool when its job arrived (no
     `spares` in the pool's record, and the events said `forked from pool process`)."""
-    pool = _ready(client)
+    pool = _wait_ready(client, "torch", timeout=300)
     # The first job: the pool kept one rank ahead (a default job has one); the second rank of
     # this 1x2 job is forked when its node starts, and the pool learns to keep two.
     node, ranks = _spare(pool, ranks=1)
@@ -185,7 +175,7 @@ def test_a_job_runs_on_processes_forked_ahead_each_used_once_then_replaced(clien
 def test_a_node_that_finds_none_ready_still_starts_warm_and_says_why(client):
     """The pool keeps one node ahead; a 2-node job's second node forks at its launch, warm,
     and its event says why (failed before: no such reason existed)."""
-    pool = _ready(client)
+    pool = _wait_ready(client, "torch", timeout=300)
     _spare(pool, ranks=1)
     name = client.train(TorchTrainer(func=world_sum, num_nodes=2, num_proc_per_node=1))
     job = client.wait_for_job_status(name, timeout=180)
@@ -223,7 +213,7 @@ def test_a_warm_rank_compiles_the_runner_as_python_does(client, tmp_path):
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    _ready(client)
+    _wait_ready(client, "torch", timeout=300)
     got = {}
     for warm in (False, True):
         name = client.train(
@@ -242,30 +232,21 @@ def test_what_is_forked_ahead_is_shown_counted_and_ends_with_the_pool(
 ):
     """%kf_pool shows the processes forked ahead and their memory; the memory cap counts them;
     stopping the pool, or killing it, ends them (failed before: nothing was forked ahead)."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    from kf_jupyter.magics.core import KubeflowMagics
-
-    pool = _ready(client)
+    pool = _wait_ready(client, "torch", timeout=300)
     node, ranks = _spare(pool, ranks=1)
     (info,) = [p for p in warm_pool.list_pools(client.backend.state_dir) if p["alive"]]
     assert info["spares"] == [node] and info["spare_processes"] == 2
     assert info["spare_pss_bytes"] > 0
     assert warm_pool.pool_bytes(info) == info["family_pss_bytes"] > info["spare_pss_bytes"]
     monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(client.backend.state_dir))
-    sh = InteractiveShell.instance()
-    sh.config.pop("KubeflowMagics", None)
-    sh.register_magics(KubeflowMagics(shell=sh))
-    capsys.readouterr()
-    sh.run_line_magic("kf_pool", "")
-    out = capsys.readouterr().out
+    out = line_magic_output(capsys, "kf_pool")
     assert "forked ahead" in out and "2 (" in out, out
 
     warm_pool.stop_all(client.backend.state_dir)
     assert _gone({node} | ranks)
 
     # Killed outright: what it forked ahead dies with it (PDEATHSIG), nothing is left.
-    pool = _ready(client)
+    pool = _wait_ready(client, "torch", timeout=300)
     node, ranks = _spare(pool, ranks=1)
     os.kill(int(warm_pool._read_meta(pool.meta)["pid"]), signal.SIGKILL)
     assert _gone({node} | ranks)
