@@ -189,6 +189,20 @@ def write_notebook(lab: dict, name: str, cells: list[str]) -> None:
     (lab["notebooks"] / name).write_text(json.dumps(_notebook(cells)))
 
 
+def write_monitor_notebook(lab: dict, name: str, job: str) -> None:
+    """Put a notebook of one cell into the lab's notebook folder that, run, shows local job
+    `job`'s live monitor (the display payload a `--no-wait` cell's output carries)."""
+    payload = {"version": 1, "name": job, "backend": "local", "runtime": ""}
+    write_notebook(
+        lab,
+        name,
+        [
+            "from IPython.display import display\n"
+            f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
+        ],
+    )
+
+
 def open_notebook(page: Any, lab: dict, name: str, theme: str | None = None) -> None:
     """Open a notebook in the page and wait until its kernel is idle (and, given a `theme`, until
     the page shows that theme)."""
@@ -264,6 +278,27 @@ def fresh_page(page: Any, width: int = 1400, height: int = 1000) -> Any:
     """A new page of `page`'s browser in a context of its own (no cookie or storage of the
     others): the notebook opened again as after closing the browser tab."""
     return page.context.browser.new_context(viewport={"width": width, "height": height}).new_page()
+
+
+def run_first_cell_in_notebook7(page: Any, shown: Any) -> None:
+    """Run the first cell of a Jupyter Notebook 7 page until `shown` (a locator of what the cell
+    displays) is there once: the kernel may still be starting, so up to three tries, and a
+    dialog asking which kernel to start (others run on this server) is accepted."""
+    from playwright.sync_api import expect
+
+    editor = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first
+    for _ in range(3):
+        select = page.locator(".jp-Dialog .jp-mod-accept", has_text="Select")
+        if select.count():
+            select.click()
+        editor.click()
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+Enter")
+        try:
+            expect(shown).to_have_count(1, timeout=30_000)
+            break
+        except AssertionError:
+            continue
 
 
 def run_cells(page: Any, count: int) -> None:

@@ -9,7 +9,9 @@ every text at 4.5:1 and no axe violation; once the ranks print, the phase is gon
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,8 +23,9 @@ from tests.browser.conftest import (
     expect_theme,
     lab_theme,
     open_notebook,
+    run_first_cell_in_notebook7,
     theme_slug,
-    write_notebook,
+    write_monitor_notebook,
 )
 from tests.browser.test_lab_live import _run_cell
 
@@ -48,148 +51,120 @@ def held_then_ticks(gate: str) -> None:
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("theme", THEMES)
-def test_the_monitor_and_panel_show_the_held_rendezvous_then_the_log(
-    lab: dict, theme: str, tmp_path: Path
-) -> None:
-    from playwright.sync_api import expect
-
+@pytest.fixture
+def held(lab: dict, tmp_path: Path) -> Iterator[tuple[Any, str, Path]]:
+    """(client, job name, gate): a 2-rank torch job in the lab's store whose rank 1 holds back
+    from the rendezvous until the file `gate` exists; deleted after the test."""
     from kf_jupyter import LocalBackendConfig, TorchTrainer, TrainerClient
 
-    slug = theme_slug(theme)
     gate = tmp_path / "gate"
     client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
     name = client.train(
         TorchTrainer(func=held_then_ticks, func_args={"gate": str(gate)}, num_proc_per_node=2)
     )
-    payload = {"version": 1, "name": name, "backend": "local", "runtime": ""}
-    nb = f"phase-{slug}.ipynb"
-    write_notebook(
-        lab,
-        nb,
-        [
-            "from IPython.display import display\n"
-            f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
-        ],
-    )
     try:
-        with lab_theme(lab, theme), browser_page(f"phase-{slug}-failure.png") as page:
-            open_notebook(page, lab, nb, theme)
-            _run_cell(page, 0)
-            monitor = page.locator(".kf-LiveMonitor")
-            startup = monitor.locator(".kf-live-startup")
-            expect(startup).to_have_text(HELD, timeout=180_000)
-            # the same words as the backend's record (one source), while it is held
-            assert f"{client.get_job(name).phase}. No output yet." == HELD
-            assert monitor.locator(".kf-log-line").count() == 0
-            startup.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-monitor.png"))
-            assert_readable(page, VIEWS, f"monitor, {slug}")
-            monitor.locator(".kf-live-open").click()
-            panel = page.locator(".kf-JobPanel")
-            expect(panel.locator(".kf-panel-startup")).to_have_text(HELD, timeout=30_000)
-            expect(panel.locator(".kf-events")).to_contain_text(
-                "rank 0: waiting for the other ranks", timeout=30_000
-            )
-            page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-panel.png"))
-            assert_readable(page, VIEWS, f"panel, {slug}")
-            gate.touch()  # rank 1 joins: the ranks print, the phase goes away everywhere
-            expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(
-                timeout=120_000
-            )
-            expect(panel.locator(".kf-panel-startup")).to_be_hidden()
-            notebook_tab = page.locator(f".lm-TabBar-tab:has-text('{nb}')").first
-            notebook_tab.click()
-            expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(
-                timeout=60_000
-            )
-            expect(startup).to_be_hidden()
+        yield client, name, gate
     finally:
         gate.touch()
         client.delete_job(name)
 
 
+def _monitor_shows_held(page: Any, client: Any, name: str, shot: str, what: str) -> Any:
+    """(monitor, its startup line): the live monitor says the job waits at the rendezvous, in
+    the words of the backend's record (one source), with no log line yet; every text at 4.5:1
+    and no axe violation (screenshot `shot`)."""
+    from playwright.sync_api import expect
+
+    monitor = page.locator(".kf-LiveMonitor")
+    startup = monitor.locator(".kf-live-startup")
+    expect(startup).to_have_text(HELD, timeout=180_000)
+    assert f"{client.get_job(name).phase}. No output yet." == HELD
+    assert monitor.locator(".kf-log-line").count() == 0
+    startup.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / shot))
+    assert_readable(page, VIEWS, what)
+    return monitor, startup
+
+
+def _panel_shows_held(page: Any, monitor: Any) -> Any:
+    """The job panel the monitor opens, once it says the same and its events say why."""
+    from playwright.sync_api import expect
+
+    monitor.locator(".kf-live-open").click()
+    panel = page.locator(".kf-JobPanel")
+    expect(panel.locator(".kf-panel-startup")).to_have_text(HELD, timeout=30_000)
+    expect(panel.locator(".kf-events")).to_contain_text(
+        "rank 0: waiting for the other ranks", timeout=30_000
+    )
+    return panel
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_the_monitor_and_panel_show_the_held_rendezvous_then_the_log(
+    lab: dict, theme: str, held: tuple[Any, str, Path]
+) -> None:
+    from playwright.sync_api import expect
+
+    slug = theme_slug(theme)
+    client, name, gate = held
+    nb = f"phase-{slug}.ipynb"
+    write_monitor_notebook(lab, nb, name)
+    with lab_theme(lab, theme), browser_page(f"phase-{slug}-failure.png") as page:
+        open_notebook(page, lab, nb, theme)
+        _run_cell(page, 0)
+        monitor, startup = _monitor_shows_held(
+            page, client, name, f"phase-{slug}-monitor.png", f"monitor, {slug}"
+        )
+        panel = _panel_shows_held(page, monitor)
+        page.screenshot(path=str(ARTIFACTS / f"phase-{slug}-panel.png"))
+        assert_readable(page, VIEWS, f"panel, {slug}")
+        gate.touch()  # rank 1 joins: the ranks print, the phase goes away everywhere
+        expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(timeout=120_000)
+        expect(panel.locator(".kf-panel-startup")).to_be_hidden()
+        notebook_tab = page.locator(f".lm-TabBar-tab:has-text('{nb}')").first
+        notebook_tab.click()
+        expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(timeout=60_000)
+        expect(startup).to_be_hidden()
+
+
 @pytest.mark.parametrize("theme", THEMES)
 def test_notebook7_shows_the_held_rendezvous_in_the_monitor_and_panel(
-    lab: dict, theme: str, tmp_path: Path
+    lab: dict, theme: str, held: tuple[Any, str, Path]
 ) -> None:
     """Jupyter Notebook 7 (same server), light and dark: the live monitor and the job panel
     (in Notebook 7's right side panel) say what the held job is doing, in the backend's words,
     with every text at 4.5:1 and no axe violation; the phase goes once the ranks print."""
     from playwright.sync_api import expect
 
-    from kf_jupyter import LocalBackendConfig, TorchTrainer, TrainerClient
-
     slug = theme_slug(theme)
-    gate = tmp_path / "gate"
-    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
-    name = client.train(
-        TorchTrainer(func=held_then_ticks, func_args={"gate": str(gate)}, num_proc_per_node=2)
-    )
-    payload = {"version": 1, "name": name, "backend": "local", "runtime": ""}
+    client, name, gate = held
     nb = f"nb7-phase-{slug}.ipynb"
-    write_notebook(
-        lab,
-        nb,
-        [
-            "from IPython.display import display\n"
-            f"display({{'application/vnd.kf-jupyter.job+json': {payload!r}}}, raw=True)"
-        ],
-    )
-    try:
-        with lab_theme(lab, theme), browser_page(f"nb7-phase-{slug}-failure.png") as page:
-            page.goto(f"{lab['url']}/notebooks/{nb}?token={lab['token']}")
-            page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
-            expect_theme(page, theme)
-            editor = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first
-            monitor = page.locator(".kf-LiveMonitor")
-            for _ in range(3):  # the kernel may still be starting: press again if need be
-                # Notebook 7 may ask which kernel to start (others run on this server)
-                select = page.locator(".jp-Dialog .jp-mod-accept", has_text="Select")
-                if select.count():
-                    select.click()
-                editor.click()
-                page.keyboard.press("Escape")
-                page.keyboard.press("Control+Enter")
-                try:
-                    expect(monitor).to_have_count(1, timeout=30_000)
-                    break
-                except AssertionError:
-                    continue
-            startup = monitor.locator(".kf-live-startup")
-            expect(startup).to_have_text(HELD, timeout=180_000)
-            assert f"{client.get_job(name).phase}. No output yet." == HELD
-            assert monitor.locator(".kf-log-line").count() == 0
-            startup.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / f"nb7-phase-{slug}-monitor.png"))
-            assert_readable(page, VIEWS, f"Notebook 7 monitor, {slug}")
-            monitor.locator(".kf-live-open").click()
-            panel = page.locator(".kf-JobPanel")
-            expect(panel).to_be_visible(timeout=30_000)
-            expect(panel.locator(".kf-panel-startup")).to_have_text(HELD, timeout=30_000)
-            expect(panel.locator(".kf-events")).to_contain_text(
-                "rank 0: waiting for the other ranks", timeout=30_000
-            )
-            # the side panel is narrow: nothing in it is wider than it (the events' long
-            # messages were cut off at its right edge)
-            wide = panel.evaluate(
-                """p => [...p.querySelectorAll('*')].filter(e => {
-                     const r = e.getBoundingClientRect(), q = p.getBoundingClientRect();
-                     return r.width > 0 && r.right > Math.min(q.right, innerWidth) + 1;
-                   }).map(e => e.className || e.tagName)"""
-            )
-            assert wide == [], wide
-            page.screenshot(path=str(ARTIFACTS / f"nb7-phase-{slug}-panel.png"))
-            assert_readable(page, VIEWS, f"Notebook 7 panel, {slug}")
-            gate.touch()  # rank 1 joins: the ranks print, the phase goes away in both
-            expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(
-                timeout=120_000
-            )
-            expect(startup).to_be_hidden()
-            expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(
-                timeout=60_000
-            )
-            expect(panel.locator(".kf-panel-startup")).to_be_hidden()
-    finally:
-        gate.touch()
-        client.delete_job(name)
+    write_monitor_notebook(lab, nb, name)
+    with lab_theme(lab, theme), browser_page(f"nb7-phase-{slug}-failure.png") as page:
+        page.goto(f"{lab['url']}/notebooks/{nb}?token={lab['token']}")
+        page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+        expect_theme(page, theme)
+        run_first_cell_in_notebook7(page, page.locator(".kf-LiveMonitor"))
+        monitor, startup = _monitor_shows_held(
+            page, client, name, f"nb7-phase-{slug}-monitor.png", f"Notebook 7 monitor, {slug}"
+        )
+        panel = _panel_shows_held(page, monitor)
+        expect(panel).to_be_visible(timeout=30_000)
+        # the side panel is narrow: nothing in it is wider than it (the events' long
+        # messages were cut off at its right edge)
+        wide = panel.evaluate(
+            """p => [...p.querySelectorAll('*')].filter(e => {
+                 const r = e.getBoundingClientRect(), q = p.getBoundingClientRect();
+                 return r.width > 0 && r.right > Math.min(q.right, innerWidth) + 1;
+               }).map(e => e.className || e.tagName)"""
+        )
+        assert wide == [], wide
+        page.screenshot(path=str(ARTIFACTS / f"nb7-phase-{slug}-panel.png"))
+        assert_readable(page, VIEWS, f"Notebook 7 panel, {slug}")
+        gate.touch()  # rank 1 joins: the ranks print, the phase goes away in both
+        expect(monitor.locator(".kf-log-line", has_text="tick").first).to_be_visible(
+            timeout=120_000
+        )
+        expect(startup).to_be_hidden()
+        expect(panel.locator(".kf-log-line", has_text="tick").first).to_be_visible(timeout=60_000)
+        expect(panel.locator(".kf-panel-startup")).to_be_hidden()

@@ -28,6 +28,7 @@ from tests.browser.conftest import (
     expect_theme,
     lab_theme,
     open_notebook,
+    run_first_cell_in_notebook7,
     theme_slug,
     write_notebook,
 )
@@ -329,17 +330,8 @@ def test_notebook7_opens_the_job_panel_where_it_shows(lab: dict, ticking: str) -
     with browser_page("notebook7-failure.png") as page:
         page.goto(f"{lab['url']}/notebooks/nb7.ipynb?token={lab['token']}")
         page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
-        editor = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-editor").first
         monitor = page.locator(".kf-LiveMonitor")
-        for _ in range(3):  # the kernel may still be starting: press again if nothing ran
-            editor.click()
-            page.keyboard.press("Escape")
-            page.keyboard.press("Control+Enter")
-            try:
-                expect(monitor).to_have_count(1, timeout=30_000)
-                break
-            except AssertionError:
-                continue
+        run_first_cell_in_notebook7(page, monitor)
         expect(monitor.locator(".kf-log-line", has_text="tick")).not_to_have_count(
             0, timeout=60_000
         )
