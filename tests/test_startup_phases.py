@@ -9,7 +9,6 @@ record and in the ipywidget monitor, and nothing once it ended.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -291,30 +290,19 @@ def test_kubernetes_install_step_says_so_in_the_log_while_pip_runs(
 ):
     """On the harness (the pod's command run for real): while pip waits on a slow index, the
     job's first log line says it installs, instead of a running pod with no output (issue 22)."""
-    from kf_jupyter import JAXTrainer, RuntimeConfig
     from kf_jupyter.backends.kubernetes.backend import KubernetesBackend
     from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
-    from tests.test_suspend_k8s import _SlowIndex, _until, noop
+    from tests.test_suspend_k8s import _until, installing_from_a_slow_index
 
     backend = KubernetesBackend(
         KubernetesBackendConfig(namespace=k8s_namespace, config_file=k8s_admin_kubeconfig)
     )
-    index = _SlowIndex()
-    threading.Thread(target=index.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{index.server_address[1]}/simple"
-        rc = RuntimeConfig(packages_to_install=["kfj-test-never-there"], pip_index_urls=[url])
-        name = backend.train(JAXTrainer(func=noop, initialize_distributed=False), runtime_config=rc)
-        _until(lambda: index.hits >= 1, 120, "pip to ask the index")
+    with installing_from_a_slow_index(backend) as (name, _index):
         said = "kf-jupyter: installing 1 package (kfj-test-never-there) with pip..."
         logs = _until(lambda: list(backend.get_job_logs(name)), 60, "the pod's first line")
         assert logs[0] == said, logs
         assert backend.get_job(name).status == "Running"
         backend.delete_job(name)
-    finally:
-        index.release.set()
-        index.shutdown()
-        index.server_close()
 
 
 def test_the_package_install_is_the_first_phase_until_it_is_done():

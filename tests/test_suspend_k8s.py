@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +112,10 @@ def noop():
     return 1
 
 
-def test_suspend_during_package_installation_and_resume_installs_again(backend: Any) -> None:
+@contextmanager
+def installing_from_a_slow_index(backend: Any) -> Iterator[tuple[str, _SlowIndex]]:
+    """(job name, index): a job with one package to install, from `_SlowIndex`, once its pip has
+    asked the index; the index answers (404) and closes after the block."""
     index = _SlowIndex()
     threading.Thread(target=index.serve_forever, daemon=True).start()
     try:
@@ -118,6 +123,15 @@ def test_suspend_during_package_installation_and_resume_installs_again(backend: 
         rc = RuntimeConfig(packages_to_install=["kfj-test-never-there"], pip_index_urls=[url])
         name = backend.train(JAXTrainer(func=noop, initialize_distributed=False), runtime_config=rc)
         _until(lambda: index.hits >= 1, 120, "pip to ask the index")
+        yield name, index
+    finally:
+        index.release.set()
+        index.shutdown()
+        index.server_close()
+
+
+def test_suspend_during_package_installation_and_resume_installs_again(backend: Any) -> None:
+    with installing_from_a_slow_index(backend) as (name, index):
         backend.suspend_job(name)
         assert backend.wait_for_job_status(name, {SUSPENDED}, timeout=60).status == SUSPENDED
         _until(lambda: not _pods(backend, name), 60, "the installing pod to be deleted")
@@ -125,10 +139,6 @@ def test_suspend_during_package_installation_and_resume_installs_again(backend: 
         backend.resume_job(name)
         _until(lambda: index.hits > hits, 120, "the new pod to install again")
         backend.delete_job(name)
-    finally:
-        index.release.set()
-        index.shutdown()
-        index.server_close()
 
 
 def test_a_job_waiting_in_a_kueue_queue_is_queued_not_suspended(
