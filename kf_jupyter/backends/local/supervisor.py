@@ -695,9 +695,11 @@ class Supervisor:
         """Record the end (after the processes were stopped: nothing else is writing now)."""
         # The devices are free before the job reads as ended: whoever sees it ended may take them.
         self._release_gpus()
-        if self.disk_error is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.reserve)
+        # The disk space set aside is given back before the end is written: the final record
+        # gets it on a full disk, and a job that reads as ended holds no file of the
+        # supervisor's own (a store walked right after wait() returns finds none vanishing).
+        with contextlib.suppress(OSError):
+            os.unlink(self.reserve)
         pending, self.pending_changes = self.pending_changes, []
 
         def change(st: dict[str, Any]) -> None:
