@@ -219,7 +219,8 @@ def test_rank_failure_fails_fast_names_rank_and_leaves_no_orphans(client):
     assert steps["node-1"].exit_code == 1 and steps["node-1"].status == "Failed"
     assert_no_orphans(name)
     wait_until(lambda: not supervisor_alive(client.backend, name), 5, "the supervisor to exit")
-    reasons = [e.reason for e in client.get_job_events(name)]
+    # (a WarmViaShim note, when the pool was not ready for a direct hand-over, may come first)
+    reasons = [e.reason for e in client.get_job_events(name) if e.reason != "WarmViaShim"]
     assert reasons[:2] == ["Created", "Started"] and reasons[-1] == "FailedJobs"
     with pytest.raises(BackendError, match="Failed"):
         client.get_job_result(name)

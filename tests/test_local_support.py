@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -18,11 +19,16 @@ from .waits import DEADLINE
 
 
 def job_processes(name: str, named: str | None = None) -> list[psutil.Process]:
-    """Live processes started for job `name` (they carry KF_JUPYTER_JOB_NAME in their env);
-    with `named`, only those whose process name is that (read here, where a process that
-    has just exited is skipped, not raised from the caller's `p.name()`)."""
+    """Live processes started for job `name`: they carry KF_JUPYTER_JOB_NAME in their env, or
+    (a warm node or rank, forked from the pool: /proc shows the pool's environment) hold a
+    file of the job's folder open for writing, its log; with `named`, only those whose process
+    name is that (read here, where a process that has just exited is skipped, not raised from
+    the caller's `p.name()`)."""
+    folder = f"/jobs/{name}/"
     found = []
     for p in psutil.process_iter(["pid"]):
+        if p.pid == os.getpid():  # this test reading the job's files is not the job
+            continue
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
@@ -30,6 +36,10 @@ def job_processes(name: str, named: str | None = None) -> list[psutil.Process]:
                 continue
             if p.environ().get("KF_JUPYTER_JOB_NAME") == name:
                 found.append(p)
+            elif any(folder in f.path and f.mode != "r" for f in p.open_files()):
+                # the job's supervisor writes there too, and stays while a job is suspended
+                if not any(a.endswith("/supervisor.py") for a in p.cmdline()):
+                    found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found

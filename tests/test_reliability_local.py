@@ -92,7 +92,9 @@ def fill_the_disk(ledger_dir):
 
 
 def leftovers(job_dir: Path) -> list[psutil.Process]:
-    """Live processes of the job: its folder appears in their command line or environment."""
+    """Live processes of the job: its folder appears in their command line or environment, or
+    they hold a file in it open for writing (a warm rank, forked from the pool, keeps the pool's own
+    environment in /proc but has its log open, as `lsof` shows)."""
     key = str(job_dir)
     found = []
     for p in psutil.process_iter(["pid"]):
@@ -101,7 +103,11 @@ def leftovers(job_dir: Path) -> list[psutil.Process]:
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if key in " ".join(p.cmdline()) or any(key in v for v in p.environ().values()):
+            if (
+                key in " ".join(p.cmdline())
+                or any(key in v for v in p.environ().values())
+                or any(f.path.startswith(key + "/") and f.mode != "r" for f in p.open_files())
+            ):
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
