@@ -12,6 +12,7 @@ while it waits, light and dark (issue 22):
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,17 @@ for i in range(2000):
     print(f"rank {{dist.get_rank()}} tick {{i}}", flush=True)
     time.sleep(0.5)
 """
+
+
+def _attached(locator, js: str, timeout: float = 10.0):
+    """`js` evaluated on the element, again while it returns null: the widget's HTML is
+    re-rendered every second (the elapsed time), so the element found can be detached by the
+    time it is evaluated, and `closest()` finds no box around it."""
+    end = time.monotonic() + timeout
+    while (value := locator.evaluate(js)) is None and time.monotonic() < end:
+        time.sleep(0.1)
+    assert value is not None, f"{locator} stayed detached from its widget for {timeout} s"
+    return value
 
 
 @pytest.mark.parametrize("theme", THEMES)
@@ -94,10 +106,12 @@ def test_widget_phase_then_log_and_a_one_row_waiting_reason(
             assert full in waiting.inner_text()  # its text is the whole reason too
             assert_one_row(header, "wide window, waiting reason")
             # in a wide window it shows, inside the header's box (not clipped away)
-            shown = waiting.evaluate(
-                """e => { const r = e.getBoundingClientRect();
-                          const h = e.closest('.widget-html').getBoundingClientRect();
-                          return Math.min(r.right, h.right) - Math.max(r.left, h.left); }"""
+            shown = _attached(
+                waiting,
+                """e => { const w = e.closest('.widget-html');
+                          if (!w) return null;
+                          const r = e.getBoundingClientRect(), h = w.getBoundingClientRect();
+                          return Math.min(r.right, h.right) - Math.max(r.left, h.left); }""",
             )
             assert shown >= 60, shown
             page.screenshot(path=str(ARTIFACTS / f"widget-waiting-{slug}-wide.png"))
@@ -129,9 +143,11 @@ def test_widget_phase_then_log_and_a_one_row_waiting_reason(
                 assert box["title"], (label, box)  # and a tooltip
             # the status and the elapsed time stay whole (the name gives way instead)
             for part in (".kf-status", ".kf-elapsed"):
-                assert header.locator(part).evaluate(
-                    """e => e.getBoundingClientRect().right <=
-                            e.closest('.widget-html').getBoundingClientRect().right + 1"""
+                assert _attached(
+                    header.locator(part),
+                    """e => { const w = e.closest('.widget-html');
+                              return w && e.getBoundingClientRect().right <=
+                                          w.getBoundingClientRect().right + 1; }""",
                 ), part
             # the reason on a line of its own, whole, instead of a clipped end of the row
             expect(waiting).to_be_hidden()
