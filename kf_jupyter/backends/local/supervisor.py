@@ -773,7 +773,8 @@ class Supervisor:
                 env["CUDA_VISIBLE_DEVICES"] = uuids
                 env["NVIDIA_VISIBLE_DEVICES"] = uuids or "void"
             os.makedirs(env.get("KF_JUPYTER_WORKDIR", logs), exist_ok=True)
-            if self._hand_over(item, env, cwd):
+            via_shim = self._hand_over(item, env, cwd)
+            if via_shim is None:
                 continue
             with open(os.path.join(logs, f"{item['name']}.log"), "ab") as log:
                 p = subprocess.Popen(
@@ -803,13 +804,21 @@ class Supervisor:
 
             self._update(change)
             self._event("Normal", "Started", f"process {item['name']} pid {p.pid}", item["name"])
+            if via_shim:
+                self._event(
+                    "Normal",
+                    "WarmViaShim",
+                    f"{item['name']}: the launch goes through bash and the warm shim, not handed "
+                    f"over directly: {via_shim}",
+                    item["name"],
+                )
 
-    def _hand_over(self, item: dict[str, Any], env: dict[str, str], cwd: str) -> bool:
-        """Hand a warm node's recognised launch to the pool directly (direct.py): True when
-        the pool started it. False (the launch then goes through bash and the shim, as before,
-        and an event says why) for a warm node it could not be handed over for."""
+    def _hand_over(self, item: dict[str, Any], env: dict[str, str], cwd: str) -> str | None:
+        """Hand a warm node's recognised launch to the pool directly (direct.py): None when
+        the pool started it; else why not (the launch then goes through bash and the shim, as
+        before, and an event after its Started one says why), '' for a cold node."""
         if not env.get("KF_JUPYTER_WARM_SOCKET"):
-            return False  # a cold node: nothing to hand over
+            return ""  # a cold node: nothing to hand over
         name = item["name"]
         direct = item.get("direct")
         why = str(item.get("direct_why") or "the launch was not recognised")
@@ -823,14 +832,7 @@ class Supervisor:
             log_path = os.path.join(self.job_dir, "logs", f"{name}.log")
             node, first, why = mod.hand_over(direct, env, cwd, log_path, umask)
         if node is None:
-            self._event(
-                "Normal",
-                "WarmViaShim",
-                f"{name}: the launch goes through bash and the warm shim, not handed over "
-                f"directly: {why}",
-                name,
-            )
-            return False
+            return why or "the launch was not handed over"
         self.procs[name] = node
         ident = process_identity(node.pid)
         entry = {
@@ -846,14 +848,14 @@ class Supervisor:
             st.setdefault("processes", {})[name] = entry
 
         self._update(change)
-        _load_sibling("direct").record_warm(env, first)
         self._event(
             "Normal",
             "Started",
             f"process {name} pid {node.pid} (handed over directly to the warm pool)",
             name,
         )
-        return True
+        _load_sibling("direct").record_warm(env, first)  # after Started, as the shim's comes
+        return None
 
     def _direct_fds(self) -> list[int]:
         """The pool connections of nodes handed over directly (readable when one exits)."""
