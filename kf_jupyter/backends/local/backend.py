@@ -756,6 +756,10 @@ class LocalBackend:
         with os.fdopen(sv.private_open(str(jd / "supervisor.log"), flags), "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-I", sv.__file__, str(jd)],
+                # The kernel's os.environ, as the supervisor host gives its supervisors: not the
+                # C-level environ, which a C library may have changed behind it (readline sets
+                # LINES and COLUMNS), so a job's environment is the same on either path.
+                env=dict(os.environ),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
