@@ -74,14 +74,6 @@ _BASH_OWN = frozenset(
         "SHELLOPTS",
     }
 )
-_WARM_VARS = (
-    "KF_JUPYTER_WARM_SOCKET",
-    "KF_JUPYTER_WARM_BIN",
-    "KF_JUPYTER_WARM_PYTHON",
-    "KF_JUPYTER_WARM_SHIM",
-    "KF_JUPYTER_WARM_META",
-    "KF_JUPYTER_WARM_FRAMEWORK",
-)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SHIM: Any = None
 
@@ -138,7 +130,7 @@ def shell_env(env: Mapping[str, str], cwd: str) -> tuple[dict[str, str] | None, 
         out["SHLVL"] = str(int(text))
     shim_bin = out.get("KF_JUPYTER_WARM_BIN", "")
     out["PATH"] = os.pathsep.join(p for p in out.get("PATH", "").split(os.pathsep) if p != shim_bin)
-    for var in _WARM_VARS:
+    for var in shim()._VARS:  # the shim's own clean-up, the same list
         out.pop(var, None)
     return out, ""
 

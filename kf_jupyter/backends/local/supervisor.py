@@ -789,21 +789,7 @@ class Supervisor:
                     umask=JOB_UMASK,
                 )
             self.procs[item["name"]] = p
-            ident = process_identity(p.pid)
-
-            entry = {
-                "pid": p.pid,
-                "pgid": p.pid,
-                "create_time": ident,
-                "node_index": item.get("node_index", 0),
-                "exit_code": None,
-            }
-
-            def change(st: dict[str, Any], name: str = item["name"], entry: Any = entry) -> None:
-                st.setdefault("processes", {})[name] = entry
-
-            self._update(change)
-            self._event("Normal", "Started", f"process {item['name']} pid {p.pid}", item["name"])
+            self._record_started(item, p.pid, "")
             if via_shim:
                 self._event(
                     "Normal",
@@ -834,28 +820,29 @@ class Supervisor:
         if node is None:
             return why or "the launch was not handed over"
         self.procs[name] = node
-        ident = process_identity(node.pid)
-        entry = {
-            "pid": node.pid,
-            "pgid": node.pid,
-            "create_time": ident,
+        self._record_started(item, node.pid, " (handed over directly to the warm pool)")
+        _load_sibling("direct").record_warm(env, first)  # after Started, as the shim's comes
+        return None
+
+    def _record_started(self, item: dict[str, Any], pid: int, how: str) -> None:
+        """A started node in the status (pid, identity, `direct` when handed over) and its
+        `Started` event; `how` ends the event's message."""
+        name = item["name"]
+        entry: dict[str, Any] = {
+            "pid": pid,
+            "pgid": pid,
+            "create_time": process_identity(pid),
             "node_index": item.get("node_index", 0),
             "exit_code": None,
-            "direct": True,
         }
+        if how:
+            entry["direct"] = True
 
-        def change(st: dict[str, Any], entry: Any = entry) -> None:
+        def change(st: dict[str, Any]) -> None:
             st.setdefault("processes", {})[name] = entry
 
         self._update(change)
-        self._event(
-            "Normal",
-            "Started",
-            f"process {name} pid {node.pid} (handed over directly to the warm pool)",
-            name,
-        )
-        _load_sibling("direct").record_warm(env, first)  # after Started, as the shim's comes
-        return None
+        self._event("Normal", "Started", f"process {name} pid {pid}{how}", name)
 
     def _direct_fds(self) -> list[int]:
         """The pool connections of nodes handed over directly (readable when one exits)."""
