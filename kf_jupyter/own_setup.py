@@ -15,6 +15,7 @@ does not; for code that does, its built-in step must step aside:
 from __future__ import annotations
 
 import ast
+import functools
 
 #: The runner's set-up step names (the SETUP argument of kf_entry.py).
 NONE, JAX, JAX_OWN, XGBOOST = "none", "jax", "jax-own", "xgboost"
@@ -115,6 +116,7 @@ def _literal_count(node: ast.expr) -> int | None:
     return None  # "auto", a device string like "0,1", ...
 
 
+@functools.lru_cache(maxsize=64)
 def lightning_count_mismatch(source: str, num_nodes: int, procs: int | None) -> str | None:
     """Why Lightning would stop at start: `Trainer(devices=N)` or `Fabric(devices=N)` with a
     literal N other than the job's processes per node (or `num_nodes=` other than its nodes).

@@ -14,6 +14,7 @@ The ignore rules are pure functions (`parse_ignore`, `is_ignored`); only `take_s
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -254,6 +255,13 @@ def _glob_to_regex(pat: str) -> str:
 def parse_ignore(text: str, base: str = "", origin: str = "") -> list[Rule]:
     """The rules of one ignore file whose folder is `base` (relative, posix, '' for the top);
     `origin` names the file (for the dry run's reasons)."""
+    # Every job parses the same default and .gitignore texts again: their rules (frozen, with
+    # compiled patterns) are kept, keyed by the text itself, so an edited file is parsed anew.
+    return list(_parse_ignore_cached(text, base, origin))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_ignore_cached(text: str, base: str, origin: str) -> tuple[Rule, ...]:
     rules: list[Rule] = []
     for raw in text.splitlines():
         line = raw.rstrip("\n\r")
@@ -285,7 +293,7 @@ def parse_ignore(text: str, base: str = "", origin: str = "") -> list[Rule]:
                 origin,
             )
         )
-    return rules
+    return tuple(rules)
 
 
 def is_ignored(rules: Sequence[Rule], path: str, is_dir: bool) -> bool:

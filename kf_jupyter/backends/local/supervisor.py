@@ -98,8 +98,9 @@ def atomic_write_json(path: str, data: Any) -> None:
     """Write JSON to `path` atomically (a temporary file, then os.replace); owner-only."""
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
+        text = json.dumps(data, indent=1, sort_keys=True)  # one write, not one per token
         with os.fdopen(private_open(tmp), "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -182,6 +182,9 @@ class Host:
                 stderr=subprocess.DEVNULL,
                 close_fds=True,
             )
+            # Only spare CPU: on a small machine the job just forked is starting beside it.
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
             self.making = (proc, folder)
 
     def _check_spare(self) -> None:
