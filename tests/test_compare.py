@@ -33,9 +33,16 @@ def test_overlay_has_one_line_per_job_in_its_colour_and_a_shared_scale():
     svg = overlay_svg("loss", runs)
     lines = re.findall(r"<polyline[^>]*data-run='([^']+)' stroke='([^']+)'", svg)
     assert lines == [("a", "#1d6ea7"), ("b", "#c92526")]
-    # one scale for both: b's first point (2.0) is the top of the chart, a's last (0.25) the bottom
-    assert ">2<" in svg and ">0.25<" in svg
+    assert "<text" not in svg  # the chart's texts are page text, in the theme's colours
     bundle = compare_bundle(runs)
+    # one scale for both: b's first point (2.0) is the top of the chart, a's last (0.25) the
+    # bottom, steps 0 to 2
+    figures = re.findall(r"<figure class='kf-compare-figure'.*?</figure>", bundle["text/html"])
+    texts = [[t for t in re.split(r"<[^>]+>", f) if t.strip()] for f in figures]
+    assert texts == [
+        ["acc", "0.9", "0.9", "step 1", "step 1"],
+        ["loss", "2", "0.25", "step 0", "step 2"],
+    ]
     charts = _svgs(bundle["text/html"])
     assert sorted(charts) == ["acc", "loss"]
     assert "<circle" in charts["acc"] and "data-run='b'" in charts["acc"]  # one point: a dot
@@ -54,7 +61,9 @@ def test_compare_view_escapes_names_and_says_when_nothing_was_reported():
     html_text = compare_bundle(runs)["text/html"]
     assert "<b>x</b>" not in html_text and "&lt;b&gt;x&lt;/b&gt;" in html_text
     svg = _svgs(html_text)["l&lt;o&gt;ss"]
-    assert "l&lt;o&gt;ss" in svg and "<o>" not in svg
+    assert "<o>" not in svg
+    assert "<figcaption class='kf-chart-label'" in html_text
+    assert ">l&lt;o&gt;ss</figcaption>" in html_text and "<o>" not in html_text
     empty = compare_bundle([Run("a", "Complete", {})])["text/html"]
     assert "None of these jobs reported a metric" in empty and "<img" not in empty
 

@@ -23,7 +23,7 @@ from kf_jupyter.widgets.state import LogState
 from kf_jupyter.widgets.tables import JobsTable
 
 TAGS = {"pre", "span", "b", "code", "small", "div", "svg", "rect", "text", "polyline", "table",
-        "thead", "tbody", "tr", "th", "td", "ul", "li", "style"}  # fmt: skip
+        "thead", "tbody", "tr", "th", "td", "ul", "li", "style", "figure", "figcaption"}  # fmt: skip
 ATTRS = {
     "style",
     "class",
@@ -41,6 +41,8 @@ ATTRS = {
     "tabindex",
     "role",
     "aria-label",
+    "aria-hidden",
+    "stroke-opacity",
     "title",
 }  # fmt: skip  (the log box's fixed accessibility attrs)
 PAYLOADS = [

@@ -116,6 +116,26 @@ def run_colour(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
+def _finite(metric: str, runs: list[Run]) -> list[tuple[int, Run, list[tuple[float, float]]]]:
+    """Each run's finite points of `metric`, with the run's index (its colour)."""
+    return [
+        (i, r, [(x, y) for x, y in r.metrics.get(metric, []) if math.isfinite(y)])
+        for i, r in enumerate(runs)
+    ]
+
+
+def _extent(
+    series: list[tuple[int, Run, list[tuple[float, float]]]],
+) -> tuple[float, float, float, float] | None:
+    """(x0, x1, y0, y1) over every run's points; None when there are none."""
+    pts = [p for _, _, ps in series for p in ps]
+    if not pts:
+        return None
+    xs = [p[0] for p in pts]
+    ys = [p[1] for p in pts]
+    return min(xs), max(xs), min(ys), max(ys)
+
+
 def overlay_svg(
     metric: str,
     runs: list[Run],
@@ -124,52 +144,36 @@ def overlay_svg(
     height: int = CHART_H,
 ) -> str:
     """One standalone SVG chart of `metric`: one polyline per run that reported it, in the run's
-    colour (its index in `runs`), the `highlight` run drawn thicker; a white ground of its own
-    (it is shown as an image: no theme colour reaches it)."""
-    pad_l, pad_r, pad_t, pad_b = 52, 8, 20, 18
-    series = [
-        (i, r, [(x, y) for x, y in r.metrics.get(metric, []) if math.isfinite(y)])
-        for i, r in enumerate(runs)
-    ]
-    pts_all = [p for _, _, pts in series for p in pts]
+    colour (its index in `runs`), the `highlight` run drawn thicker, on a white ground of its
+    own (it is shown as an image: no theme colour reaches it). No text: the title and the axis
+    values are page text around it (`overlay_figure`), in the theme's colours."""
+    pad = 8
+    series = _finite(metric, runs)
     parts = [
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
         f"class='kf-compare-chart' data-metric='{html.escape(metric)}'>",
         "<rect width='100%' height='100%' fill='#fff' stroke='#ccc'/>",
-        f"<text x='6' y='14' font-size='12' fill='#222'>{html.escape(metric)}</text>",
     ]
-    if not pts_all:
-        parts.append(
-            f"<text x='{pad_l}' y='{height // 2}' font-size='11' fill='#444'>no points</text></svg>"
-        )
-        return "".join(parts)
-    xs = [p[0] for p in pts_all]
-    ys = [p[1] for p in pts_all]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    extent = _extent(series)
+    if extent is None:
+        return "".join(parts) + "</svg>"
+    x0, x1, y0, y1 = extent
     # halves: the span of two finite floats near ±1.8e308 would overflow to inf
     dx = (x1 / 2 - x0 / 2) or 1.0
     dy = (y1 / 2 - y0 / 2) or 1.0
-    inner_w, inner_h = width - pad_l - pad_r, height - pad_t - pad_b
+    inner_w, inner_h = width - 2 * pad, height - 2 * pad
 
     def px(x: float) -> float:
-        return pad_l + (x / 2 - x0 / 2) / dx * inner_w
+        return pad + (x / 2 - x0 / 2) / dx * inner_w
 
     def py(y: float) -> float:
-        return pad_t + inner_h - (y / 2 - y0 / 2) / dy * inner_h
+        return pad + inner_h - (y / 2 - y0 / 2) / dy * inner_h
 
-    axis = "#444"
+    axis = "#767676"  # 4.5:1 on the white ground
     parts += [
-        f"<line x1='{pad_l}' y1='{pad_t}' x2='{pad_l}' y2='{pad_t + inner_h}' stroke='{axis}'/>",
-        f"<line x1='{pad_l}' y1='{pad_t + inner_h}' x2='{pad_l + inner_w}' "
-        f"y2='{pad_t + inner_h}' stroke='{axis}'/>",
-        f"<text x='{pad_l - 4}' y='{pad_t + 8}' font-size='10' fill='{axis}' "
-        f"text-anchor='end'>{fmt_value(y1)}</text>",
-        f"<text x='{pad_l - 4}' y='{pad_t + inner_h}' font-size='10' fill='{axis}' "
-        f"text-anchor='end'>{fmt_value(y0)}</text>",
-        f"<text x='{pad_l}' y='{height - 4}' font-size='10' fill='{axis}'>step "
-        f"{fmt_value(x0)}</text>",
-        f"<text x='{pad_l + inner_w}' y='{height - 4}' font-size='10' fill='{axis}' "
-        f"text-anchor='end'>step {fmt_value(x1)}</text>",
+        f"<line x1='{pad}' y1='{pad}' x2='{pad}' y2='{pad + inner_h}' stroke='{axis}'/>",
+        f"<line x1='{pad}' y1='{pad + inner_h}' x2='{pad + inner_w}' "
+        f"y2='{pad + inner_h}' stroke='{axis}'/>",
     ]
     # the highlighted run last, so it is drawn on top
     order = sorted(series, key=lambda s: s[1].name == highlight)
@@ -194,26 +198,59 @@ def overlay_svg(
     return "".join(parts)
 
 
+#: The width of the y-axis values' column left of a chart.
+_Y_COLUMN = 56
+
+
+def overlay_figure(metric: str, runs: list[Run], highlight: str | None = None) -> str:
+    """`metric`'s overlay chart as static HTML: its title above, the highest and lowest value
+    to its left and the first and last step below, all page text (they inherit the theme's
+    text colour: light or dark, a saved notebook's viewer too), around the lines drawn as a
+    data-URI image (it survives the HTML sanitizers of untrusted notebooks and of viewers)."""
+    svg = overlay_svg(metric, runs, highlight)
+    shown = [r for r in runs if r.metrics.get(metric)]
+    alt = f"{metric} of " + ", ".join(
+        f"{r.legend} (last {fmt_value(r.last(metric))})" for r in shown
+    )
+    data = base64.b64encode(svg.encode()).decode()
+    img = (
+        f"<img class='kf-compare-img' data-metric='{html.escape(metric)}' "
+        f"alt='{html.escape(alt)}' title='{html.escape(alt)}' width='{CHART_W}' "
+        f"height='{CHART_H}' src='data:image/svg+xml;base64,{data}'>"
+    )
+    extent = _extent(_finite(metric, runs))
+    small = "font-size:11px;line-height:1.2"
+    if extent is None:
+        y_top, y_bottom, x_row = "", "", "<span>no points</span>"
+    else:
+        x0, x1, y0, y1 = extent
+        y_top, y_bottom = fmt_value(y1), fmt_value(y0)
+        x_row = f"<span>step {fmt_value(x0)}</span><span>step {fmt_value(x1)}</span>"
+    return (
+        f"<figure class='kf-compare-figure' style='margin:0'>"
+        f"<figcaption class='kf-chart-label' style='font-size:12px;font-weight:bold;"
+        f"margin:0 0 2px {_Y_COLUMN}px'>{html.escape(metric)}</figcaption>"
+        "<div style='display:flex'>"
+        f"<div class='kf-chart-y' aria-hidden='true' style='display:flex;flex-direction:column;"
+        f"justify-content:space-between;text-align:right;width:{_Y_COLUMN - 4}px;"
+        f"padding-right:4px;{small}'><span>{y_top}</span><span>{y_bottom}</span></div>"
+        f"{img}</div>"
+        f"<div class='kf-chart-x' aria-hidden='true' style='display:flex;"
+        f"justify-content:space-between;width:{CHART_W}px;margin-left:{_Y_COLUMN}px;{small}'>"
+        f"{x_row}</div></figure>"
+    )
+
+
 def charts_html(runs: list[Run], highlight: str | None = None) -> str:
-    """Every metric's overlay chart, as data-URI images (they survive the HTML sanitizers of
-    untrusted notebooks and of viewers, as the monitor's charts do)."""
-    imgs = []
-    for metric in metric_names(runs):
-        svg = overlay_svg(metric, runs, highlight)
-        shown = [r for r in runs if r.metrics.get(metric)]
-        alt = f"{metric} of " + ", ".join(
-            f"{r.legend} (last {fmt_value(r.last(metric))})" for r in shown
-        )
-        data = base64.b64encode(svg.encode()).decode()
-        imgs.append(
-            f"<img class='kf-compare-img' data-metric='{html.escape(metric)}' "
-            f"alt='{html.escape(alt)}' title='{html.escape(alt)}' width='{CHART_W}' "
-            f"height='{CHART_H}' src='data:image/svg+xml;base64,{data}'>"
-        )
-    if not imgs:
+    """Every metric's overlay chart (`overlay_figure`): static HTML that survives the HTML
+    sanitizers of untrusted notebooks and of viewers, as the monitor's charts do."""
+    figures = [overlay_figure(metric, runs, highlight) for metric in metric_names(runs)]
+    if not figures:
         return "<div><small>None of these jobs reported a metric (report() or trainerStatus).</small></div>"
     return (
-        "<div style='display:flex;flex-wrap:wrap;gap:6px;margin:4px 0'>" + "".join(imgs) + "</div>"
+        "<div style='display:flex;flex-wrap:wrap;gap:6px;margin:4px 0'>"
+        + "".join(figures)
+        + "</div>"
     )
 
 

@@ -75,6 +75,31 @@ DARK_STYLE = (
 )
 
 
+#: The live charts' lines in the dark palette under a dark JupyterLab theme (an inline <svg>'s
+#: presentation attributes give way to a stylesheet): the light colours are under 4.5:1 there.
+CHART_DARK_STYLE = (
+    "<style>"
+    + "".join(
+        f"body[data-jp-theme-light='false'] .kf-chart-line-{i}{{stroke:{c}}}"
+        for i, c in enumerate(PALETTE_DARK)
+    )
+    + "</style>"
+)
+
+
+def chart_figure(label: str, picture: str, hidden_label: bool = False) -> str:
+    """A chart (an inline <svg> or an <img>) under its label, the label page text in the
+    theme's text colour (it inherits it; no fixed colour that one theme would hide).
+    `hidden_label`: the picture names itself already (an image's alt), so assistive
+    technology reads the label once."""
+    hidden = " aria-hidden='true'" if hidden_label else ""
+    return (
+        "<figure class='kf-chart-figure' style='margin:0'>"
+        f"<figcaption class='kf-chart-label' style='font-size:12px;margin:0 0 2px'{hidden}>"
+        f"{html.escape(label)}</figcaption>{picture}</figure>"
+    )
+
+
 def log_box_html(body: str, max_height: str | None = "24em") -> str:
     """A log box that opens at its end without JavaScript (a scroll box in column-reverse when
     `max_height` is set), wrapping long lines at word boundaries (a word longer than the line is
@@ -341,8 +366,15 @@ class LogState:
             return "", []
         return source, list(self.tails.get(source, []))
 
-    def chart_svgs(self, width: int = 320, height: int = 120) -> list[tuple[str, str, str]]:
-        """One small standalone SVG line chart per metric: (name, label, svg)."""
+    def chart_svgs(
+        self, width: int = 320, height: int = 120, inline: bool = False
+    ) -> list[tuple[str, str, str]]:
+        """One small standalone SVG line chart per metric: (name, label, svg). The svg has no
+        text (the label goes beside it as page text: see `chart_figure`, so it takes the
+        theme's text colour). `inline` (an <svg> in the page: the live monitor): no ground of
+        its own, its frame in the text colour and its line in the dark palette under a dark
+        theme (`CHART_DARK_STYLE`); else (an <img>, which no theme colour reaches) a white
+        ground the light palette is 4.5:1 on."""
         charts = []
         for i, (name, series) in enumerate(sorted(self.metrics.items())):
             if not series:
@@ -357,28 +389,42 @@ class LogState:
             pad = 6
             pts = " ".join(
                 f"{pad + (x / 2 - x0 / 2) / dx * (width - 2 * pad):.1f},"
-                f"{height - pad - (y / 2 - y0 / 2) / dy * (height - 2 * pad - 14):.1f}"
+                f"{height - pad - (y / 2 - y0 / 2) / dy * (height - 2 * pad):.1f}"
                 for x, y in series
             )
-            colour = PALETTE[i % len(PALETTE)]
+            slot = i % len(PALETTE)
             label = f"{name}: {ys[-1]:.4g} (step {int(xs[-1])})"
+            if inline:
+                ground = (
+                    "<rect width='100%' height='100%' fill='none' stroke='currentColor' "
+                    "stroke-opacity='0.35'/>"
+                )
+                a11y = f" role='img' aria-label='{html.escape(label)}'"
+            else:
+                ground = "<rect width='100%' height='100%' fill='#fff' stroke='#ccc'/>"
+                a11y = ""
             charts.append(
                 (
                     name,
                     label,
                     f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-                    f"class='kf-chart' data-metric='{html.escape(name)}'>"
-                    # its own white ground: the chart may be an <img> (no theme colours reach
-                    # it), and #444 on white is 9.7:1 in a light and a dark theme alike
-                    f"<rect width='100%' height='100%' fill='#fff' stroke='#ccc'/>"
-                    f"<text x='{pad}' y='12' font-size='11' fill='#444'>{html.escape(label)}</text>"
-                    f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{pts}'/>"
-                    "</svg>",
+                    f"class='kf-chart' data-metric='{html.escape(name)}'{a11y}>{ground}"
+                    f"<polyline class='kf-chart-line-{slot}' fill='none' "
+                    f"stroke='{PALETTE[slot]}' stroke-width='1.5' points='{pts}'/></svg>",
                 )
             )
         return charts
 
     def chart_svg(self, width: int = 320, height: int = 120) -> str:
-        """A small inline SVG line chart per metric ('' when there are none)."""
-        charts = [svg for _, _, svg in self.chart_svgs(width, height)]
-        return "<div style='display:flex;flex-wrap:wrap;gap:6px'>" + "".join(charts) + "</div>"
+        """The live monitor's charts: an inline SVG line chart per metric under its label, in
+        the theme's colours ('' when there are none)."""
+        charts = [
+            chart_figure(label, svg, True) for _, label, svg in self.chart_svgs(width, height, True)
+        ]
+        if not charts:
+            return ""
+        return (
+            f"{CHART_DARK_STYLE}<div style='display:flex;flex-wrap:wrap;gap:6px'>"
+            + "".join(charts)
+            + "</div>"
+        )

@@ -22,7 +22,7 @@ from datetime import UTC
 from typing import Any
 
 from ..types import FAILED
-from .state import LogState, log_box_html, source_colour, source_colour_index
+from .state import LogState, chart_figure, log_box_html, source_colour, source_colour_index
 
 #: The MIME type of the live monitor (rendered by the lab extension's MIME renderer).
 MIME_TYPE = "application/vnd.kf-jupyter.job+json"
@@ -167,16 +167,18 @@ def _css_key(label: str) -> str:
 
 def _charts_html(state: LogState) -> str:
     """The metric charts as SVG images (data: URIs): unlike inline <svg>, they survive the HTML
-    sanitizers of untrusted notebooks (JupyterLab) and of notebook viewers."""
+    sanitizers of untrusted notebooks (JupyterLab) and of notebook viewers. Each label is page
+    text above its image, so it takes the theme's text colour."""
     if not state.metrics:
         return ""
     imgs = []
     for _name, label, svg in state.chart_svgs():
         data = base64.b64encode(svg.encode()).decode()
-        imgs.append(
+        img = (
             f"<img class='kf-chart' alt='{html.escape(label)}' title='{html.escape(label)}' "
             f"width='320' height='120' src='data:image/svg+xml;base64,{data}'>"
         )
+        imgs.append(chart_figure(label, img, hidden_label=True))
     return "<div style='display:flex;flex-wrap:wrap;gap:6px'>" + "".join(imgs) + "</div>"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,3 +208,78 @@ def test_finished_jobs_stay_static_views_after_a_kernel_restart_and_a_reload(lab
     for cell in saved["cells"][1:]:
         kinds = {k for out in cell["outputs"] for k in out.get("data", {})}
         assert "application/vnd.jupyter.widget-view+json" not in kinds, kinds
+
+
+#: Reports a few points of two metrics, then holds (the monitor's live chart stays) until the
+#: test creates `gate`, and ends.
+CHARTS = """%%torchtrain -n 1 -p 1 --name {name}
+import os, time
+from kf_jupyter import report
+for i in range(6):
+    report(step=i, progress=i / 10, loss=2 / (i + 1), acc=0.1 * i)
+    time.sleep(0.2)
+while not os.path.exists({gate!r}):
+    time.sleep(0.1)
+"""
+
+#: The ipywidget HTML box that holds the monitor's live chart.
+LIVE_CHART = ".kf-monitor .widget-html:has(svg.kf-chart)"
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_chart_texts_follow_the_theme_live_finished_and_compared(
+    lab: dict, theme: str, tmp_path: Path
+) -> None:
+    """The metric charts' titles and values (issue 22: drawn in a fixed #444, they vanished
+    under a dark theme) are at 4.5:1, with no axe violation, light and dark: the widget
+    monitor's live chart, the finished job's static view and `%kf_compare` of the job; the
+    compare chart's title and axis values are page text (in its image, no theme reaches them)."""
+    from playwright.sync_api import expect
+
+    from kf_jupyter import LocalBackendConfig, TrainerClient
+
+    slug = theme_slug(theme)
+    name = f"charts-{slug}"
+    gate = tmp_path / "gate"
+    cells = [
+        "%load_ext kf_jupyter",
+        CHARTS.format(name=name, gate=str(gate)),
+        f"%kf_compare {name}",
+    ]
+    nb = f"charts-{slug}.ipynb"
+    write_notebook(lab, nb, cells)
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    try:
+        with lab_theme(lab, theme), browser_page(f"charts-{slug}-failure.png") as page:
+            open_notebook(page, lab, nb, theme)
+            run_cells(page, len(cells))
+            cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
+            live = cell.locator(LIVE_CHART)
+            expect(live).to_contain_text("loss: 0.3333 (step 5)", timeout=180_000)
+            expect(live).to_contain_text("acc: 0.5 (step 5)")
+            live.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / f"charts-{slug}-live.png"))
+            assert_readable(page, f".jp-Notebook {LIVE_CHART}", f"live chart, {slug}", 1)
+
+            gate.touch()  # the job ends: its monitor becomes the static view
+            static = cell.locator(".kf-monitor-static.kf-status-complete")
+            expect(static).to_be_visible(timeout=120_000)
+            expect(static).to_contain_text("loss: 0.3333 (step 5)")
+            compared = (
+                page.locator(".jp-Notebook .jp-CodeCell").nth(2).locator(".kf-compare-static")
+            )
+            expect(compared).to_be_visible(timeout=60_000)
+            # each chart's title and values are page text (they were drawn in its image)
+            figures = compared.locator("figure")
+            expect(figures).to_have_count(2)
+            for i, texts in enumerate((("acc", "0.5", "0"), ("loss", "2", "0.3333"))):
+                for text in (*texts, "step 0", "step 5"):
+                    expect(figures.nth(i)).to_contain_text(text)
+            compared.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / f"charts-{slug}-compared.png"))
+            assert_readable(page, ".jp-Notebook .kf-monitor-static", f"finished view, {slug}")
+            assert_readable(page, ".jp-Notebook .kf-compare-static", f"compare view, {slug}")
+    finally:
+        gate.touch()
+        if name in {j.name for j in client.list_jobs()}:
+            client.delete_job(name)
