@@ -203,6 +203,27 @@ def write_monitor_notebook(lab: dict, name: str, job: str) -> None:
     )
 
 
+@contextmanager
+def held_widget_job(lab: dict, nb: str, name: str, *cells: str) -> Iterator[tuple[Any, Path]]:
+    """A notebook `nb` in the lab: `%load_ext kf_jupyter`, then `cells`, each formatted with
+    the job's `name` and `gate` (a file the job waits for, so it stays held where the test
+    wants it until the test creates the file). Yields the lab's job client and the gate; after
+    the block the gate is created and the job deleted, whatever happened in it."""
+    from kf_jupyter import LocalBackendConfig, TrainerClient
+
+    gate = lab["state"].parent / f"gate-{name}"
+    write_notebook(
+        lab, nb, ["%load_ext kf_jupyter", *(c.format(name=name, gate=str(gate)) for c in cells)]
+    )
+    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    try:
+        yield client, gate
+    finally:
+        gate.touch()
+        if name in {j.name for j in client.list_jobs()}:
+            client.delete_job(name)
+
+
 def open_notebook(page: Any, lab: dict, name: str, theme: str | None = None) -> None:
     """Open a notebook in the page and wait until its kernel is idle (and, given a `theme`, until
     the page shows that theme)."""

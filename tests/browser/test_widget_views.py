@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +26,7 @@ from tests.browser.conftest import (
     assert_readable,
     browser_page,
     fresh_page,
+    held_widget_job,
     lab_theme,
     open_notebook,
     run_cells,
@@ -227,59 +227,44 @@ LIVE_CHART = ".kf-monitor .widget-html:has(svg.kf-chart)"
 
 
 @pytest.mark.parametrize("theme", THEMES)
-def test_chart_texts_follow_the_theme_live_finished_and_compared(
-    lab: dict, theme: str, tmp_path: Path
-) -> None:
+def test_chart_texts_follow_the_theme_live_finished_and_compared(lab: dict, theme: str) -> None:
     """The metric charts' titles and values (issue 22: drawn in a fixed #444, they vanished
     under a dark theme) are at 4.5:1, with no axe violation, light and dark: the widget
     monitor's live chart, the finished job's static view and `%kf_compare` of the job; the
     compare chart's title and axis values are page text (in its image, no theme reaches them)."""
     from playwright.sync_api import expect
 
-    from kf_jupyter import LocalBackendConfig, TrainerClient
-
     slug = theme_slug(theme)
     name = f"charts-{slug}"
-    gate = tmp_path / "gate"
-    cells = [
-        "%load_ext kf_jupyter",
-        CHARTS.format(name=name, gate=str(gate)),
-        f"%kf_compare {name}",
-    ]
     nb = f"charts-{slug}.ipynb"
-    write_notebook(lab, nb, cells)
-    client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
-    try:
-        with lab_theme(lab, theme), browser_page(f"charts-{slug}-failure.png") as page:
-            open_notebook(page, lab, nb, theme)
-            run_cells(page, len(cells))
-            cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
-            live = cell.locator(LIVE_CHART)
-            expect(live).to_contain_text("loss: 0.3333 (step 5)", timeout=180_000)
-            expect(live).to_contain_text("acc: 0.5 (step 5)")
-            live.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / f"charts-{slug}-live.png"))
-            assert_readable(page, f".jp-Notebook {LIVE_CHART}", f"live chart, {slug}", 1)
+    with (
+        held_widget_job(lab, nb, name, CHARTS, "%kf_compare {name}") as (_client, gate),
+        lab_theme(lab, theme),
+        browser_page(f"charts-{slug}-failure.png") as page,
+    ):
+        open_notebook(page, lab, nb, theme)
+        run_cells(page, 3)
+        cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
+        live = cell.locator(LIVE_CHART)
+        expect(live).to_contain_text("loss: 0.3333 (step 5)", timeout=180_000)
+        expect(live).to_contain_text("acc: 0.5 (step 5)")
+        live.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"charts-{slug}-live.png"))
+        assert_readable(page, f".jp-Notebook {LIVE_CHART}", f"live chart, {slug}", 1)
 
-            gate.touch()  # the job ends: its monitor becomes the static view
-            static = cell.locator(".kf-monitor-static.kf-status-complete")
-            expect(static).to_be_visible(timeout=120_000)
-            expect(static).to_contain_text("loss: 0.3333 (step 5)")
-            compared = (
-                page.locator(".jp-Notebook .jp-CodeCell").nth(2).locator(".kf-compare-static")
-            )
-            expect(compared).to_be_visible(timeout=60_000)
-            # each chart's title and values are page text (they were drawn in its image)
-            figures = compared.locator("figure")
-            expect(figures).to_have_count(2)
-            for i, texts in enumerate((("acc", "0.5", "0"), ("loss", "2", "0.3333"))):
-                for text in (*texts, "step 0", "step 5"):
-                    expect(figures.nth(i)).to_contain_text(text)
-            compared.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / f"charts-{slug}-compared.png"))
-            assert_readable(page, ".jp-Notebook .kf-monitor-static", f"finished view, {slug}")
-            assert_readable(page, ".jp-Notebook .kf-compare-static", f"compare view, {slug}")
-    finally:
-        gate.touch()
-        if name in {j.name for j in client.list_jobs()}:
-            client.delete_job(name)
+        gate.touch()  # the job ends: its monitor becomes the static view
+        static = cell.locator(".kf-monitor-static.kf-status-complete")
+        expect(static).to_be_visible(timeout=120_000)
+        expect(static).to_contain_text("loss: 0.3333 (step 5)")
+        compared = page.locator(".jp-Notebook .jp-CodeCell").nth(2).locator(".kf-compare-static")
+        expect(compared).to_be_visible(timeout=60_000)
+        # each chart's title and values are page text (they were drawn in its image)
+        figures = compared.locator("figure")
+        expect(figures).to_have_count(2)
+        for i, texts in enumerate((("acc", "0.5", "0"), ("loss", "2", "0.3333"))):
+            for text in (*texts, "step 0", "step 5"):
+                expect(figures.nth(i)).to_contain_text(text)
+        compared.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"charts-{slug}-compared.png"))
+        assert_readable(page, ".jp-Notebook .kf-monitor-static", f"finished view, {slug}")
+        assert_readable(page, ".jp-Notebook .kf-compare-static", f"compare view, {slug}")
