@@ -194,6 +194,12 @@ def build_trainjob(
             mismatch = own_setup.lightning_count_mismatch(
                 payload.source, shape.num_nodes, shape.num_proc_per_node
             )
+            mismatch = mismatch or own_setup.accelerate_count_mismatch(
+                payload.source,
+                shape.num_nodes,
+                shape.num_proc_per_node,
+                frozenset((runtime_config.env or {}) if runtime_config else ()),
+            )
             if mismatch:
                 raise ValidationError(mismatch)
         script = policy.script(trainer, payload, shape)
@@ -234,6 +240,18 @@ def build_trainjob(
         },
     }
     apply_options(job, options, trainer, backend)
+    own_command = job["spec"]["trainer"]
+    if trainer.policy == "torch" and "command" in own_command and not shipped:
+        # A TrainerCommand: the processes per node are the job's when set or one per GPU; an
+        # `auto` without GPUs is not compared (accelerate launch then decides them itself).
+        counted = trainer.procs_per_node is not None or shape.gpus_per_node > 0
+        mismatch = own_setup.accelerate_launch_mismatch(
+            [*own_command.get("command", []), *own_command.get("args", [])],
+            shape.num_nodes,
+            shape.num_proc_per_node if counted else None,
+        )
+        if mismatch:
+            raise ValidationError(mismatch)
     if backend_name(backend) == KUBERNETES:  # once all options ran: on the runtime's jobs
         for o in options:
             if isinstance(o, PodSecurity):

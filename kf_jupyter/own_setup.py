@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
+import shlex
+from collections.abc import Iterable
 
 #: The runner's set-up step names (the SETUP argument of kf_entry.py).
 NONE, JAX, JAX_OWN, XGBOOST = "none", "jax", "jax-own", "xgboost"
@@ -170,3 +173,218 @@ def lightning_count_mismatch(source: str, num_nodes: int, procs: int | None) -> 
 
 
 _LIGHTNING = frozenset({"lightning", "pytorch_lightning", "lightning_fabric"})
+
+
+# -- Accelerate ------------------------------------------------------------------------------
+
+_ACCELERATE_SIZES = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size")  # positional
+_SHELL_BREAKS = frozenset({";", "&&", "||", "|", "&", "(", ")"})
+
+
+def _literal_int(node: ast.expr) -> int | None:
+    """A whole number written as a literal (`4`, `"4"`); None for anything computed."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _shape_words(num_nodes: int, procs: int) -> str:
+    """`1 node × 2 processes = 2 (-n 1 -p 2, num_nodes=1, num_proc_per_node=2)`."""
+    return (
+        f"{num_nodes} node{'s' if num_nodes != 1 else ''} × {procs} "
+        f"process{'es' if procs != 1 else ''} = {num_nodes * procs} (-n {num_nodes} -p {procs}, "
+        f"num_nodes={num_nodes}, num_proc_per_node={procs})"
+    )
+
+
+def _short_call(source: str, node: ast.AST, fallback: str) -> str:
+    call = " ".join((ast.get_source_segment(source, node) or fallback).split())
+    return call if len(call) <= 80 else call[:79] + "\u2026"
+
+
+@functools.lru_cache(maxsize=64)
+def accelerate_count_mismatch(
+    source: str, num_nodes: int, procs: int | None, env: frozenset[str] = frozenset()
+) -> str | None:
+    """Why Accelerate would go wrong at start, for code that imports `accelerate`:
+
+    - `notebook_launcher(fn, num_processes=N)` with a literal N > 1: inside a job every
+      process would launch N more of its own (they meet on its one port and fail, even when N
+      equals -p); the job's processes are the launch, so the function is to be called directly.
+    - `ParallelismConfig(...)` whose literal sizes multiply to other than the job's processes
+      in all: Accelerate stops on every rank ("total_size ... does not match num_processes").
+
+    None when the code does not import Accelerate, or the counts agree or are not literals.
+    `env` is the job's environment names (PARALLELISM_CONFIG_* give ParallelismConfig's
+    defaults, so with one of them set its sizes are not guessed).
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    uses_accelerate = any(
+        (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "accelerate" for a in n.names))
+        or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "accelerate")
+        for n in ast.walk(tree)
+    )
+    if not uses_accelerate:
+        return None
+    sized_by_env = any(name.startswith("PARALLELISM_CONFIG_") for name in env)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = _dotted(node.func).rpartition(".")[2]
+        kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+        if callee == "notebook_launcher":
+            given = kwargs.get("num_processes")
+            if given is None and len(node.args) > 2:
+                given = node.args[2]
+            n = _literal_int(given) if given is not None else None
+            if n is None or n <= 1:
+                continue  # 1 calls the function in the process itself: that works in a job
+            fn = ast.get_source_segment(source, node.args[0]) if node.args else None
+            fn = fn if fn and fn.isidentifier() else "the training function"
+            each = (
+                f"each of the job's {_shape_words(num_nodes, procs)}"
+                if procs is not None
+                else "each of the job's processes"
+            )
+            advice = (
+                f"-p {n} gives the {n} you asked for"
+                if n != procs
+                else f"-p {n}, as now, already gives the {n} you asked for"
+            )
+            return (
+                f"The code calls Accelerate's {_short_call(source, node, 'notebook_launcher()')}, "
+                f"which would start {n} processes of its own inside {each}: the job's processes "
+                "already are the launch, and nested launches collide on notebook_launcher's one "
+                f"port and fail. Call {fn}(...) directly instead (Accelerator() in it takes the "
+                f"job's ranks), or pass num_processes=1, which does that; choose how many "
+                f"processes with -p ({advice}). Nothing was submitted."
+            )
+        if callee == "ParallelismConfig" and procs is not None and not sized_by_env:
+            sizes = dict(zip(_ACCELERATE_SIZES, node.args, strict=False))
+            sizes.update(
+                (k, v) for k, v in kwargs.items() if k in _ACCELERATE_SIZES or k == "sp_size"
+            )
+            if any(isinstance(a, ast.Starred) for a in node.args) or None in kwargs.values():
+                continue
+            if any(kw.arg is None for kw in node.keywords) or len(node.args) > 4:
+                continue  # **options, or positional past cp_size: not guessed
+            values = {k: _literal_int(v) for k, v in sizes.items()}
+            if any(v is None for v in values.values()):
+                continue
+            if values.get("sp_size", 1) > 1:
+                continue  # DeepSpeed's sequence parallelism: Accelerate does not compare
+            total = 1
+            for v in values.values():
+                total *= v  # type: ignore[operator]
+            world = num_nodes * procs
+            if total <= 1 or total == world:
+                continue  # 1: Accelerate makes it data parallel over all processes
+            return (
+                f"The code's {_short_call(source, node, 'ParallelismConfig()')} multiplies to "
+                f"{total} processes, but the job runs {_shape_words(num_nodes, procs)}; "
+                "Accelerate would stop on every rank (ParallelismConfig total_size does not "
+                f"match num_processes). Make them agree: sizes whose product is {world}, or a "
+                f"job of {total} processes (for example -p {total} on one node). Nothing was "
+                "submitted."
+            )
+    return None
+
+
+def _command_words(argv: Iterable[str]) -> list[str]:
+    """The words of a command, with `bash -c "..."` strings split as a shell splits them."""
+    words: list[str] = []
+    for arg in argv:
+        if "accelerate" in arg and any(c.isspace() for c in arg):
+            try:
+                words += shlex.split(arg, comments=True)
+            except ValueError:
+                words += arg.split()
+        else:
+            words.append(arg)
+    # `a;b` and `a&&b` without spaces: split the separators off
+    out: list[str] = []
+    for w in words:
+        out += [p for p in re.split(r"(;|&&|\|\||\|)", w) if p] if w not in _SHELL_BREAKS else [w]
+    return out
+
+
+def _launch_flags(words: list[str]) -> dict[str, str]:
+    """`accelerate launch`'s own options (before the training script), `-` read as `_`."""
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in _SHELL_BREAKS or not w.startswith("-"):
+            break  # the training script (its own arguments follow), or the next command
+        name, eq, value = w.lstrip("-").partition("=")
+        name = name.replace("-", "_")
+        if name in ("m", "module", "no_python"):
+            break  # the next word is the program
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        if not eq and nxt and not nxt.startswith("-") and nxt not in _SHELL_BREAKS:
+            if not nxt.endswith(".py") or name == "config_file":
+                value, i = nxt, i + 1  # its value (a word ending in .py is the script)
+        flags[name] = value
+        i += 1
+    return flags
+
+
+def accelerate_launch_mismatch(
+    argv: Iterable[str], num_nodes: int, procs: int | None
+) -> str | None:
+    """Why `accelerate launch` in the job's command (TrainerCommand + TrainerArgs, also inside
+    `bash -c "..."`) would not run the job's processes: a literal `--num_processes N` (all
+    nodes' processes, as Accelerate counts) other than nodes × processes per node, or
+    `--num_machines M` other than the job's nodes. None when they agree or are not literals
+    (`$NUM`, a config file)."""
+    words = _command_words(argv)
+    for i, w in enumerate(words):
+        base = w.rsplit("/", 1)[-1]
+        if base == "accelerate" and words[i + 1 : i + 2] == ["launch"]:
+            start = i + 2
+        elif base == "accelerate-launch":
+            start = i + 1
+        elif w == "-m" and words[i + 1 : i + 2] == ["accelerate.commands.launch"]:
+            start = i + 2
+        else:
+            continue
+        flags = _launch_flags(words[start:])
+        shown = "accelerate launch " + " ".join(
+            f"--{k} {v}" for k, v in flags.items() if k in ("num_processes", "num_machines")
+        )
+        machines = flags.get("num_machines", "")
+        if machines.isdigit() and int(machines) != num_nodes:
+            m = int(machines)
+            return (
+                f"The command runs `{shown}`, but the job has {num_nodes} "
+                f"node{'s' if num_nodes != 1 else ''} (-n {num_nodes}, num_nodes={num_nodes}); "
+                f"Accelerate would wait for {m} machine{'s' if m != 1 else ''} that the job does "
+                f"not start. Make them agree: --num_machines {num_nodes}, or -n {m} "
+                f"(num_nodes={m}). Nothing was submitted."
+            )
+        n_text = flags.get("num_processes", "")
+        if procs is not None and n_text.isdigit() and int(n_text) != num_nodes * procs:
+            n, world = int(n_text), num_nodes * procs
+            per_node = (
+                f"-p {n // num_nodes} (num_proc_per_node={n // num_nodes})"
+                if n % num_nodes == 0
+                else f"a job whose nodes × processes per node is {n}"
+            )
+            return (
+                f"The command runs `{shown}`: Accelerate's --num_processes counts the processes "
+                f"of all nodes, {n}, but the job runs {_shape_words(num_nodes, procs)}, so "
+                f"Accelerate would start other processes than the job has room for. Make them "
+                f"agree: --num_processes {world}, or {per_node}. Nothing was submitted."
+            )
+    return None

@@ -3,7 +3,9 @@
 - A failed job's error keeps the user's innermost frames and the exception when the message is
   long (JAX and NumPy print arrays) or the stack is deep: the message is trimmed instead.
 - A mistyped runtime name or script file gets "Did you mean ...?".
-- Lightning's `devices=N` / `num_nodes=N` that do not match the job's shape stop the submit.
+- Lightning's `devices=N` / `num_nodes=N` that do not match the job's shape stop the submit, as
+  do Accelerate's `notebook_launcher(..., num_processes=N)` in a cell, an `accelerate launch
+  --num_processes N` command and a `ParallelismConfig` whose sizes do not make the job's processes.
 - `--resources 'cpu=2,memory=2 GB'` (quoted, as in a shell) is read without the quotes and the
   spaced unit says what to write.
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from kf_jupyter import Runtime, TorchTrainer, build_trainjob
+from kf_jupyter import Runtime, TorchTrainer, build_trainjob, own_setup
 from kf_jupyter.errors import RuntimeNotFoundError, ValidationError
 from kf_jupyter.failure import (
     failure_from_dict,
@@ -258,6 +260,183 @@ def test_the_python_api_refuses_it_too():
     with pytest.raises(ValidationError, match="asks Lightning for 4 devices per node"):
         build_trainjob(TorchTrainer(func=train, num_nodes=1, num_proc_per_node=2), rt)
     build_trainjob(TorchTrainer(func=train, num_nodes=1, num_proc_per_node=4), rt)
+
+
+# -- Accelerate: notebook_launcher, accelerate launch, ParallelismConfig ---------------------
+
+# An Accelerate notebook as Hugging Face's examples write it: the training function, then
+# notebook_launcher in the same cell.
+ACCELERATE_CELL = """\
+import torch
+from accelerate import Accelerator, notebook_launcher
+
+
+def training_function(lr, epochs):
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        loss = model(torch.ones(8, 4)).pow(2).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+    accelerator.print(f"trained on {{accelerator.num_processes}} processes")
+
+
+notebook_launcher(training_function, (1e-3, 2), {launch})
+"""
+
+TORCH_RT = Runtime(name="torch-distributed", framework="torch", ml_policy="torch")
+
+
+def _no_jobs() -> bool:
+    from kf_jupyter.backends.local.config import LocalBackendConfig
+    from kf_jupyter.client import TrainerClient
+
+    return TrainerClient(LocalBackendConfig()).list_jobs() == []
+
+
+@pytest.mark.parametrize("launch", ["num_processes=4", "num_processes=2", "2"])
+def test_a_cell_that_calls_notebook_launcher_is_not_submitted(shell, launch):
+    # num_processes=2 equals -p 2 and is refused too: each of the job's 2 processes would launch
+    # 2 more, and the nested launches meet on notebook_launcher's one port (29500) and fail.
+    msg = _magic_error(shell, "-n 1 -p 2", ACCELERATE_CELL.format(launch=launch))
+    assert msg.startswith(
+        f"The code calls Accelerate's notebook_launcher(training_function, (1e-3, 2), {launch})"
+    ), msg
+    assert "Call training_function(...) directly instead" in msg
+    assert "or pass num_processes=1" in msg
+    assert msg.endswith("Nothing was submitted.")
+    assert "\n" not in msg
+    assert _no_jobs()
+
+
+@pytest.mark.parametrize("launch", ["num_processes=1", "num_processes=n_procs", "**launch_kwargs"])
+def test_notebook_launcher_that_runs_in_place_or_is_computed_passes(shell, capsys, launch):
+    cell = "n_procs = 2\nlaunch_kwargs = {}\n" + ACCELERATE_CELL.format(launch=launch)
+    shell.run_cell_magic("torchtrain", "-n 1 -p 2 --dry-run", cell)
+    assert "kind: TrainJob" in capsys.readouterr().out
+
+
+def test_code_without_accelerate_is_not_checked():
+    src = "def notebook_launcher(f, num_processes):\n    f()\n\nnotebook_launcher(print, 8)\n"
+    assert own_setup.accelerate_count_mismatch(src, 1, 2) is None
+
+
+def test_a_script_whose_parallelism_config_disagrees_is_not_submitted(shell, tmp_path, capsys):
+    (tmp_path / "train.py").write_text(
+        "from accelerate import Accelerator\n"
+        "from accelerate.parallelism_config import ParallelismConfig\n\n"
+        "pc = ParallelismConfig(dp_shard_size=2, tp_size=2)\n"
+        "accelerator = Accelerator(parallelism_config=pc)\n"
+    )
+    msg = _magic_error(shell, "train.py -n 1 -p 2 -- --epochs 1")
+    assert msg.startswith(
+        "The code's ParallelismConfig(dp_shard_size=2, tp_size=2) multiplies to 4 processes, "
+        "but the job runs 1 node × 2 processes = 2"
+    ), msg
+    assert "sizes whose product is 2, or a job of 4 processes" in msg
+    assert _no_jobs()
+    shell.run_line_magic("torchtrain", "train.py -n 1 -p 4 --dry-run")  # 4 = 2 x 2: agrees
+    shell.run_line_magic("torchtrain", "train.py -n 2 -p 2 --dry-run")
+    assert capsys.readouterr().out.count("kind: TrainJob") == 2
+
+
+def test_parallelism_config_sized_by_the_jobs_env_is_not_guessed():
+    src = "from accelerate import ParallelismConfig\nParallelismConfig(dp_shard_size=2)\n"
+    assert own_setup.accelerate_count_mismatch(src, 1, 4) is not None
+    assert (
+        own_setup.accelerate_count_mismatch(src, 1, 4, frozenset({"PARALLELISM_CONFIG_TP_SIZE"}))
+        is None
+    )
+    sp = "from accelerate import ParallelismConfig\nParallelismConfig(dp_shard_size=2, sp_size=4)\n"
+    assert own_setup.accelerate_count_mismatch(sp, 1, 4) is None  # DeepSpeed SP: not compared
+
+
+# The launch line of Accelerate's multi-node docs, with the Trainer's PET_* variables.
+MULTI_NODE = (
+    "accelerate launch --multi_gpu --num_processes {n} --num_machines {m} "
+    "--machine_rank $PET_NODE_RANK --main_process_ip $PET_MASTER_ADDR "
+    "--main_process_port $PET_MASTER_PORT train.py --epochs 3"
+)
+
+
+def _command_job(num_nodes: int, procs: int | None, *options: object) -> dict:
+    trainer = TorchTrainer(num_nodes=num_nodes, num_proc_per_node=procs)
+    return build_trainjob(trainer, TORCH_RT, options=list(options))
+
+
+def test_accelerate_launch_in_a_trainer_command_must_match_the_job():
+    from kf_jupyter.options import TrainerArgs, TrainerCommand
+
+    bash = TrainerCommand(["bash", "-c", MULTI_NODE.format(n=8, m=2)])
+    with pytest.raises(ValidationError) as err:
+        _command_job(2, 2, bash)
+    msg = str(err.value)
+    assert msg.startswith(
+        "The command runs `accelerate launch --num_processes 8 --num_machines 2`: Accelerate's "
+        "--num_processes counts the processes of all nodes, 8, but the job runs 2 nodes × 2 "
+        "processes = 4"
+    ), msg
+    assert "Make them agree: --num_processes 4, or -p 4 (num_proc_per_node=4)." in msg
+    # the same launcher as command + args, with --num-processes=N spelled with dashes
+    with pytest.raises(ValidationError, match="counts the processes of all nodes, 4, but"):
+        _command_job(
+            1,
+            2,
+            TrainerCommand(["accelerate", "launch"]),
+            TrainerArgs(["--mixed_precision", "no", "--num-processes=4", "train.py"]),
+        )
+    with pytest.raises(ValidationError, match=r"has 1 node \(-n 1, num_nodes=1\); Accelerate wo"):
+        _command_job(1, 2, TrainerCommand(["bash", "-c", MULTI_NODE.format(n=2, m=2)]))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bash", "-c", MULTI_NODE.format(n=4, m=2)],  # 2 nodes x 2 processes: agrees
+        [
+            "bash",
+            "-c",
+            MULTI_NODE.format(n="$((PET_NNODES * PET_NPROC_PER_NODE))", m="$PET_NNODES"),
+        ],
+        ["accelerate", "launch", "--config_file", "fsdp.yaml", "train.py"],  # the file decides
+        ["accelerate", "launch", "--num_machines", "2", "train.py", "--num_processes", "7"],
+        ["python", "train.py", "--num_processes", "7"],  # not accelerate launch
+    ],
+)
+def test_accelerate_launch_that_agrees_or_is_computed_passes(command):
+    from kf_jupyter.options import TrainerCommand
+
+    job = _command_job(2, 2, TrainerCommand(command))
+    assert job["spec"]["trainer"]["command"] == command
+
+
+def test_accelerate_launch_is_not_compared_with_an_auto_process_count():
+    from kf_jupyter.options import TrainerCommand
+
+    # No -p and no GPU: the Trainer's `auto` is 1, and accelerate launch decides for itself.
+    _command_job(1, None, TrainerCommand(["accelerate", "launch", "--num_processes", "4", "t.py"]))
+
+
+@pytest.mark.slow
+def test_a_refused_notebook_launcher_cell_runs_as_the_error_says(shell, tmp_path):
+    """The error's advice, followed: num_processes=1 in the cell runs the function in each of
+    the job's 2 processes, and Accelerate trains on the job's 2 processes (a real local job)."""
+    from kf_jupyter.backends.local.config import LocalBackendConfig
+    from kf_jupyter.backends.local.warm.pool import stop_all
+    from kf_jupyter.client import TrainerClient
+
+    cell = ACCELERATE_CELL.format(launch="num_processes=1")
+    try:
+        shell.run_cell_magic("torchtrain", "-n 1 -p 2 --no-wait -o job", cell)
+        job = shell.user_ns["job"]
+        assert job.wait(timeout=300).status == "Complete"
+        logs = "\n".join(TrainerClient(LocalBackendConfig()).get_job_logs(job.name))
+        assert logs.count("trained on 2 processes") == 1, logs  # accelerator.print: rank 0
+    finally:
+        stop_all(tmp_path / "state")
 
 
 # -- in a real kernel ------------------------------------------------------------------------
