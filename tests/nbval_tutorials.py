@@ -86,6 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _state["no_cluster"] = os.environ["KUBECONFIG"]
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselected: `-k quickstart` starts no cluster
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:

@@ -205,3 +205,83 @@ def test_run_sh_serves_a_working_copy_that_a_second_run_keeps(tmp_path: Path) ->
     assert (repo / "my-tutorials" / "02-mpi.ipynb").read_bytes() == (
         repo / "notebooks" / "02-mpi.ipynb"
     ).read_bytes()
+
+
+# -- the README's two commands, in either order, on a fresh clone ----------------------------
+
+USERS_CELL = "raise RuntimeError('my half-done experiment')"
+
+
+def _fresh_clone(tmp_path: Path) -> Path:
+    """`git clone` of this repository, with this checkout's venv (as KF_SKIP_SETUP=1 reuses
+    it: .venv is ignored by git, so the clone stays clean)."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    (clone / ".venv").symlink_to((ROOT / ".venv").resolve())
+    assert _git_status(clone) == ""
+    return clone
+
+
+def _git_status(clone: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(clone), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+
+
+def _run_and_edit_the_quickstart(clone: Path, tmp_path: Path) -> None:
+    """`bash scripts/run.sh`, then what a user does in the lab: the quickstart opens as
+    committed, they add a cell and JupyterLab saves it; then Ctrl+C (SIGTERM here)."""
+    proc, token = _start_run_sh(clone, tmp_path, "run.log")
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+", (tmp_path / "run.log").read_text())
+        assert url is not None
+        nb = _api(url.group(0), token, "01-quickstart.ipynb")
+        committed = nbformat.read(clone / "notebooks" / "01-quickstart.ipynb", as_version=4)
+        assert [c["source"] for c in nb["content"]["cells"]] == [c.source for c in committed.cells]
+        nb["content"]["cells"].append(nbformat.v4.new_code_cell(USERS_CELL))
+        _api(
+            url.group(0),
+            token,
+            "01-quickstart.ipynb",
+            {"type": "notebook", "content": nb["content"]},
+        )
+    finally:
+        _stop(proc)
+    assert USERS_CELL in (clone / "my-tutorials" / "01-quickstart.ipynb").read_text()
+
+
+def _tutorial_tests(clone: Path, tmp_path: Path) -> None:
+    """The tutorial part of `bash scripts/test.sh`: nbval of the quickstart (its notebooks
+    step, `scripts/test-notebooks.sh`) and the stored tutorials' own tests."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KF_", "JUPYTER"))}
+    env["TMPDIR"] = str(tmp_path)
+    for cmd, passed in (
+        (["bash", "scripts/test-notebooks.sh", "-q", "-k", "01-quickstart"], r"\d+ passed"),
+        ([".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+          "tests/test_notebooks_meta.py"], r"\d+ passed"),
+    ):  # fmt: skip
+        proc = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out
+        assert re.search(passed, out) and "failed" not in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["run-then-test", "test-then-run"])
+def test_the_readmes_two_commands_in_either_order_on_a_fresh_clone(tmp_path: Path, order: str):
+    clone = _fresh_clone(tmp_path)
+    committed = (clone / "notebooks" / "01-quickstart.ipynb").read_bytes()
+    if order == "run-then-test":
+        _run_and_edit_the_quickstart(clone, tmp_path)
+        _tutorial_tests(clone, tmp_path)
+    else:
+        _tutorial_tests(clone, tmp_path)
+        assert _git_status(clone) == ""  # the tests left nothing in the repository
+        _run_and_edit_the_quickstart(clone, tmp_path)
+    # What a user checks: notebooks/ as committed (git sees nothing but nothing at all), and
+    # their own edit still in their copy after the tests ran.
+    assert _git_status(clone) == ""
+    assert (clone / "notebooks" / "01-quickstart.ipynb").read_bytes() == committed
+    assert USERS_CELL in (clone / "my-tutorials" / "01-quickstart.ipynb").read_text()
+    assert not (clone / "notebooks" / ".ipynb_checkpoints").exists()
