@@ -53,8 +53,12 @@ def collapse_cr(line: str) -> str:
 
 def terminal_line(line: str) -> str:
     """One log line (without its newline) as a terminal shows it: a CRLF's `\r` dropped, a
-    `\r` bar collapsed to its last state."""
-    return collapse_cr(line[:-1] if line.endswith("\r") else line)
+    `\r` bar collapsed to its last state; a print made while the bar was drawn
+    (`\r<bar>\r<bar>rank 0 step 24 loss`) is the printed text alone, without the bar's state
+    in front of it (`printed_after_bar`); the bar shows again at its next update."""
+    line = line[:-1] if line.endswith("\r") else line
+    found = printed_after_bar(None, line) if "\r" in line else None
+    return found[1] if found is not None else collapse_cr(line)
 
 
 def log_lines(text: str) -> list[str]:
@@ -70,16 +74,51 @@ def after_bar(bar: str, line: str) -> str | None:
     """The text printed after a progress bar on the bar's own line, or None when `line` is not
     a bar followed by text (the same rule as labextension/src/logparse.ts `afterBar`).
 
-    A bar (tqdm and the like) redraws at a fixed width, so when a program prints while a bar is
-    drawn, the completed line is the bar's next state (as wide as `bar`, the last update shown)
-    followed by what was printed: `...[00:19<00:11]rank 0 step 19 loss`.
+    When a program prints while a bar is drawn, the completed line is the bar's next state
+    followed by what was printed: `...[00:19<00:11]rank 0 step 19 loss`. That state is as wide
+    as `bar` (the last update shown) for a fixed-width bar; tqdm's ends with its `[...]` block,
+    whose rate and times may grow or shrink by a few characters between two states (`9.87it/s`,
+    `10.12it/s`), so there the bar ends at the `]` nearest to `bar`'s width.
     """
-    if "\r" in line or len(line) <= len(bar) or not _BARLIKE.search(bar):
+    if "\r" in line or not _BARLIKE.search(bar):
         return None
-    head, tail = line[: len(bar)], line[len(bar) :]
+    cut = len(bar)
+    if bar.endswith("]"):
+        near = [
+            j + 1
+            for j in range(max(0, cut - 1 - _BAR_SLACK), min(len(line), cut + _BAR_SLACK))
+            if line[j] == "]"
+        ]
+        if near:
+            cut = min(near, key=lambda j: abs(j - len(bar)))
+    head, tail = line[:cut], line[cut:]
     if not _BARLIKE.search(head) or not tail.strip():
         return None
     return tail
+
+
+#: How far a tqdm bar's next state may differ in width from the last one shown.
+_BAR_SLACK = 16
+
+
+def printed_after_bar(bar: str | None, line: str) -> tuple[str, str] | None:
+    """(the bar's state, the text printed after it) when a completed `line` ends with a print
+    made while a progress bar was drawn, else None. The bar is `bar` (the last update shown),
+    or, for a raw line that carries its own `\r` updates, the update before its last segment."""
+    last = line
+    if "\r" in line:
+        parts = [p for p in line.split("\r") if p.strip()]
+        if not parts:
+            return None
+        last = parts[-1]
+        if len(parts) >= 2:
+            bar = parts[-2]
+    if bar is None:
+        return None
+    printed = after_bar(bar, last)
+    if printed is None:
+        return None
+    return last[: len(last) - len(printed)], printed
 
 
 _BARLIKE = re.compile(r"[|%]")

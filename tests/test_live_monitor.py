@@ -249,6 +249,63 @@ def test_a_print_while_a_bar_is_drawn_is_clean_in_the_text_log() -> None:
     ]
 
 
+def _tqdm_state(n: int, rate: float) -> str:
+    """A real tqdm bar state (tqdm's own formatter), as tqdm writes it to a log file; its
+    first state (n=0) has no rate yet (`[00:00<?, ?it/s]`)."""
+    from tqdm import tqdm
+
+    return tqdm.format_meter(n, 300, n / rate if n else 0, prefix="epoch 1 rank 0", ncols=None)
+
+
+def test_a_print_after_a_tqdm_bar_of_another_width_is_clean_everywhere() -> None:
+    """A print that arrives in one read with tqdm's next state: the bar the views last showed
+    (tqdm's first state, `[00:00<?, ?it/s]`, or `9.87it/s`) and the state on the printed line
+    (`10.12it/s`, `12.34s/it`) differ in width, so cutting at the shown bar's width left a
+    fragment (`...0/300 [00:00<00:03, 9`) in front of the printed text or ate its start. The bar ends at its `]`: the widget, the text log and the static view print
+    the line clean, and the bar stays the rank's live line."""
+    from kf_jupyter.logview import after_bar, readable
+    from kf_jupyter.types import LogRecord
+
+    shown = _tqdm_state(0, 1.0)
+    for n, rate in ((40, 10.12), (40, 9.99), (41, 0.081), (299, 123.45)):
+        nxt = _tqdm_state(n, rate)
+        assert after_bar(shown, nxt + "rank 0 step 40 loss") == "rank 0 step 40 loss", nxt
+        assert after_bar(shown, nxt + "[rank 0] step 40") == "[rank 0] step 40", nxt
+        assert after_bar(shown, nxt) is None  # the bar's own next line: nothing printed
+    nxt = _tqdm_state(40, 10.12)
+    assert len(nxt) != len(shown)
+    assert after_bar(_tqdm_state(39, 9.87), _tqdm_state(41, 0.081) + "x") == "x"
+    st = LogState()
+    assert not st.add("rank-0", "\r" + shown)
+    assert st.add("rank-0", nxt + "rank 0 step 40 loss")
+    assert st.printed == ["rank 0 step 40 loss"]
+    assert list(st.tails["rank-0"]) == ["rank 0 step 40 loss", nxt]
+    recs = [LogRecord("rank-0", "\r" + shown), LogRecord("rank-0", nxt + "rank 0 step 40 loss")]
+    assert [r.line for r in readable(recs)] == ["rank 0 step 40 loss"]
+
+
+def test_a_print_after_a_bar_read_in_one_piece_is_clean_everywhere(tmp_path: Path) -> None:
+    """A log read in one piece (a job panel opened later, a finished job, a follower that read
+    a whole second at once) has the bar's updates and the print on one raw line:
+    `\\r<bar>\\r<bar>rank 0 step 24 loss`. Every view showed its last segment, fragment and
+    all; a terminal line is now the printed text alone (the bar shows again at its next update),
+    read through the local backend's log reader as every view reads it."""
+    from kf_jupyter.backends.local.logs import tail_lines_of
+    from kf_jupyter.logview import printed_after_bar, terminal_line
+
+    raw = "\r" + _tqdm_state(0, 1.0) + "\r" + _tqdm_state(20, 44.6) + "\r"
+    raw += _tqdm_state(24, 47.1) + "rank 0 step 24 loss"
+    assert printed_after_bar(None, raw) == (_tqdm_state(24, 47.1), "rank 0 step 24 loss")
+    assert terminal_line(raw) == "rank 0 step 24 loss"
+    done = "\r" + _tqdm_state(5, 9.0) + "\r" + _tqdm_state(300, 9.0)
+    assert terminal_line(done) == _tqdm_state(300, 9.0)  # the bar's own last state: kept
+    assert terminal_line("plain | line 100%") == "plain | line 100%"
+    log = tmp_path / "rank.log"
+    log.write_text(f"starting\n{raw}\n{done}\nafter\n", encoding="utf-8")
+    lines = tail_lines_of(str(log), 10)
+    assert lines == ["starting", "rank 0 step 24 loss", _tqdm_state(300, 9.0), "after"]
+
+
 def test_a_settled_monitor_is_its_static_view_and_only_the_last_few_stay(monkeypatch) -> None:
     """Issue 22: when a job ends, the monitor's widget model (which a page that was away still
     shows from its saved live output) becomes the static view; its other models are closed,

@@ -220,17 +220,35 @@ const ELASTIC = 'torch.distributed.elastic.multiprocessing.errors.ChildFailedErr
  *
  * The raw stream still carries the reports: the panel's chart reads them before this.
  */
+/** How far a tqdm bar's next state may differ in width from the last one shown. */
+const BAR_SLACK = 16;
+
 /**
  * The text printed after a progress bar on the bar's own line, or null when `line` is not a
- * bar followed by text. A bar (tqdm and the like) redraws at a fixed width, so the completed
- * line is the bar's next state (as wide as the shown one) followed by what was printed.
+ * bar followed by text (the same rule as kf_jupyter/logview.py `after_bar`). The completed line
+ * is the bar's next state followed by what was printed: as wide as the shown one for a
+ * fixed-width bar; tqdm's ends with its `[...]` block, whose rate and times may change width by
+ * a few characters between two states, so there the bar ends at the `]` nearest that width.
  */
 export function afterBar(bar: string, line: string): string | null {
-  if (line.includes('\r') || line.length <= bar.length || !/[|%]/.test(bar)) {
+  if (line.includes('\r') || !/[|%]/.test(bar)) {
     return null;
   }
-  const head = line.slice(0, bar.length);
-  const tail = line.slice(bar.length);
+  let cut = bar.length;
+  if (bar.endsWith(']')) {
+    let best = -1;
+    const hi = Math.min(line.length, cut + BAR_SLACK);
+    for (let j = Math.max(0, cut - 1 - BAR_SLACK); j < hi; j++) {
+      if (line[j] === ']' && (best < 0 || Math.abs(j + 1 - cut) < Math.abs(best - cut))) {
+        best = j + 1;
+      }
+    }
+    if (best >= 0) {
+      cut = best;
+    }
+  }
+  const head = line.slice(0, cut);
+  const tail = line.slice(cut);
   if (!/[|%]/.test(head) || tail.trim() === '') {
     return null;
   }

@@ -1,6 +1,7 @@
 """Real-browser test: a tqdm progress bar shows while it runs, in the notebook's live monitor
 and in the lab's job panel, as one line per rank updated in place (what a terminal shows), and
-becomes an ordinary finished line when the bar ends. Before, both views showed a `\\r` bar only
+becomes an ordinary finished line when the bar ends; a line printed while the bar is drawn shows
+clean, without the bar's fragment in front of it. Before, both views showed a `\\r` bar only
 once its line had ended, so a long epoch looked like a silent job. Also: the job panel's relative
 times ("Created ... (3s ago)", event ages) keep counting after the job ended; they used to
 freeze when the panel stopped polling a finished job."""
@@ -26,8 +27,12 @@ BAR = (
     "    if os.path.exists({gate!r}):\n"
     "        break\n"
     "    time.sleep(0.02)\n"
+    "    if i % 25 == 24:\n"
+    "        print(f\"rank {os.environ['RANK']} step {i} loss\", flush=True)\n"
     "print('after the bar', flush=True)\n"
 )
+#: A line the loop prints while its bar is drawn, as a terminal shows it: clean, no bar fragment.
+PRINTED = re.compile(r"^(\[rank-\d\] )?rank \d step \d+ loss$")
 COUNT = re.compile(r"epoch 1 rank (\d).*?(\d+)/100000")
 
 
@@ -54,6 +59,17 @@ def _bar_moves(lines: Any, what: str) -> None:
         return len(now) == 2 and all(now[r] > first[r] for r in now)
 
     wait_until(moved, f"{what}: both bars count up from {first}", poll=0.2)
+
+
+def _printed_clean(view: Any, what: str) -> None:
+    """The lines printed while a bar was drawn show as they were printed (no `...it/s]` in front)."""
+    from tests.waits import wait_until
+
+    lines = view.locator(".kf-log-line:not(.kf-log-line-live)", has_text="step")
+    wait_until(lambda: lines.count() >= 2, f"{what}: lines printed while the bars run", poll=0.2)
+    texts = [t.strip() for t in lines.all_inner_texts()]
+    bad = [t for t in texts if not PRINTED.match(t)]
+    assert not bad, f"{what}: printed lines carry a bar's fragment: {bad}"
 
 
 def _finished(view: Any) -> None:
@@ -93,6 +109,7 @@ def test_a_running_progress_bar_shows_in_the_monitor_and_the_panel(
             expect(monitor).to_be_visible(timeout=60_000)
             live = monitor.locator(".kf-log-line-live")
             _bar_moves(live, "live monitor")
+            _printed_clean(monitor, "live monitor")
             assert client.get_job("bars").status == "Running"
             # the rank filter applies to the bars too
             monitor.locator(".kf-live-filter").select_option("rank-1")
@@ -107,6 +124,7 @@ def test_a_running_progress_bar_shows_in_the_monitor_and_the_panel(
             row.locator(".kf-job-name").click(timeout=60_000)
             panel = page.locator(".kf-JobPanel")
             _bar_moves(panel.locator(".kf-log-line-live"), "job panel")
+            _printed_clean(panel, "job panel")
             page.screenshot(path=str(ARTIFACTS / "bars-panel.png"))
 
             # the bars end: one finished line per rank, no live line left, in both views

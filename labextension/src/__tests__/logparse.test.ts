@@ -1,4 +1,4 @@
-import { collapseCr, parseLogEventData, parseSourcedLine, ReadableLog, sortSources, SseParser } from '../logparse';
+import { afterBar, collapseCr, parseLogEventData, parseSourcedLine, ReadableLog, sortSources, SseParser } from '../logparse';
 
 describe('parseSourcedLine', () => {
   it('splits "[source] line"', () => {
@@ -203,5 +203,20 @@ describe('a print after a progress bar update (issue 22)', () => {
     expect(log.live.has('rank-0')).toBe(false);
     // an ordinary line after an ordinary line is untouched
     expect(log.push({ source: 'rank-0', line: 'plain | line 100%' }).map(r => r.line)).toEqual(['plain | line 100%']);
+  });
+
+  it('cuts a tqdm bar at its ] when the next state has another width', () => {
+    const log = new ReadableLog();
+    const bar = 'epoch 1 rank 0:   0%|          | 0/300 [00:00<?, ?it/s]'; // tqdm's first state
+    const next = 'epoch 1 rank 0:  13%|█▎        | 40/300 [00:03<00:25, 10.12it/s]';
+    const slower = 'epoch 1 rank 0:  14%|█▎        | 41/300 [00:04<53:10, 12.34s/it]';
+    expect(next.length).not.toBe(bar.length);
+    expect(log.push({ source: 'rank-0', line: `\r${bar}` })).toEqual([]);
+    const shown = log.push({ source: 'rank-0', line: `${next}rank 0 step 40 loss` });
+    expect(shown.map(r => r.line)).toEqual(['rank 0 step 40 loss']);
+    expect(log.live.get('rank-0')).toBe(next);
+    expect(afterBar(next, `${slower}[rank 0] step 41`)).toBe('[rank 0] step 41');
+    expect(afterBar(bar, slower)).toBeNull();
+    expect(afterBar(next, `${slower}x`)).toBe('x');
   });
 });
