@@ -51,10 +51,29 @@ def _kfj_report(step=None, progress=None, **metrics):
 # -- trainerStatus: report() also posts to the Trainer's status endpoint (KEP-2779) -----------
 # When KUBEFLOW_TRAINER_SERVER_URL is set (a cluster with the TrainJobStatus gate, or any local
 # job), global rank 0 posts {"trainerStatus": ...} there, from a daemon thread, at most once per
-# 5 s (the latest report wins; the last one is sent at exit). Failures are ignored: progress
-# must never break training; the log line above stays the fallback.
+# 5 s on a cluster (the Trainer's rule) and once per second to a local job's own endpoint on
+# this machine (the latest report wins; the last one is sent at exit). Every view reads a job's
+# progress from that record, so a longer wait would leave the progress bar behind the chart.
+# Failures are ignored: progress must never break training; the log line above stays the
+# fallback.
 
 _KFJ_STATUS_INTERVAL = 5.0
+_KFJ_LOCAL_STATUS_INTERVAL = 1.0
+
+
+def _kfj_status_interval(url):
+    """How often rank 0 may post: once per second to an endpoint on this machine (a local
+    job's own), else once per 5 s."""
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        host = ""
+    local = host in ("127.0.0.1", "localhost", "::1")
+    return _KFJ_LOCAL_STATUS_INTERVAL if local else _KFJ_STATUS_INTERVAL
+
+
 _KFJ_STATUS_STATE = {}
 
 
@@ -123,7 +142,7 @@ def _kfj_status_loop(state):
         with cond:
             while state.get("pending") is None:
                 cond.wait()
-            wait = state["last"] + _KFJ_STATUS_INTERVAL - time.monotonic()
+            wait = state["last"] + state["interval"] - time.monotonic()
             if wait > 0:
                 cond.wait(wait)
                 continue
@@ -161,7 +180,10 @@ def _kfj_status_report(step, progress, metrics, eta=None):
 
         state = _KFJ_STATUS_STATE
         if "cond" not in state:
-            state.update(cond=threading.Condition(), last=-_KFJ_STATUS_INTERVAL, pending=None)
+            interval = _kfj_status_interval(os.environ["KUBEFLOW_TRAINER_SERVER_URL"])
+            state.update(
+                cond=threading.Condition(), last=-interval, interval=interval, pending=None
+            )
             threading.Thread(
                 target=_kfj_status_loop, args=(state,), name="kf-status", daemon=True
             ).start()

@@ -393,6 +393,20 @@ def test_the_sdk_layer_posts_what_the_official_call_would(endpoint: Any, monkeyp
     assert ts.metrics == {"acc": "0.5", "phase": "warm-up"}
 
 
+def test_a_local_job_posts_its_progress_every_second_a_cluster_job_every_five() -> None:
+    """Every view reads progress from the job's record (one number everywhere), so how often
+    rank 0 posts is how far the progress bar may trail the chart, which follows the log: a
+    local job's own endpoint (this machine) takes a post per second, the Trainer's once per 5 s."""
+    from kf_jupyter.entrypoint import _kfj_status_interval
+
+    assert _kfj_status_interval("https://127.0.0.1:41234/apis/x/status") == 1.0
+    assert _kfj_status_interval("http://localhost:8080/s") == 1.0
+    assert _kfj_status_interval("https://[::1]:8443/s") == 1.0
+    svc = "https://kubeflow-trainer-controller-manager.kubeflow.svc:10443/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/j/status"
+    assert _kfj_status_interval(svc) == 5.0
+    assert _kfj_status_interval("not a url") == 5.0
+
+
 def test_a_jobs_shape_is_written_in_words() -> None:
     from kf_jupyter.progress import shape_text
 
