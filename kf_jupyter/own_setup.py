@@ -19,6 +19,7 @@ import functools
 import re
 import shlex
 from collections.abc import Iterable
+from typing import Any
 
 #: The runner's set-up step names (the SETUP argument of kf_entry.py).
 NONE, JAX, JAX_OWN, XGBOOST = "none", "jax", "jax-own", "xgboost"
@@ -102,21 +103,22 @@ def setup_step(step: str, source: str) -> str:
 _LIGHTNING_CALLEES = frozenset({"Trainer", "Fabric"})
 
 
-def _literal_count(node: ast.expr) -> int | None:
-    """The number of devices a literal `devices=` / `num_nodes=` value asks for; None if open."""
+def _literal(node: ast.expr) -> Any:
+    """The value `node` writes as a literal; None for anything computed, and for a bool."""
     try:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value > 0 else None  # -1: all of them
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
+    return None if isinstance(value, bool) else value
+
+
+def _literal_count(node: ast.expr) -> int | None:
+    """The number of devices a literal `devices=` / `num_nodes=` value asks for; None if open."""
+    value = _literal(node)
     if isinstance(value, list | tuple):
         return len(value) or None
-    return None  # "auto", a device string like "0,1", ...
+    n = _literal_int(node)
+    return n if n is not None and n > 0 else None  # -1: all of them; "auto", "0,1": open
 
 
 @functools.lru_cache(maxsize=64)
@@ -183,12 +185,7 @@ _SHELL_BREAKS = frozenset({";", "&&", "||", "|", "&", "(", ")"})
 
 def _literal_int(node: ast.expr) -> int | None:
     """A whole number written as a literal (`4`, `"4"`); None for anything computed."""
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
-    if isinstance(value, bool):
-        return None
+    value = _literal(node)
     if isinstance(value, int):
         return value
     if isinstance(value, str) and value.strip().isdigit():

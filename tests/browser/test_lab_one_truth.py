@@ -32,7 +32,13 @@ from tests.browser.conftest import (
     run_first_cell_in_notebook7,
     write_notebook,
 )
-from tests.browser.test_lab_views import VIEWS, answer, assert_one_row, ticker
+from tests.browser.test_lab_views import (
+    VIEWS,
+    answer,
+    assert_one_row,
+    expect_cancelled_row,
+    ticker,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -175,21 +181,7 @@ def test_one_truth_in_dark_lab_and_notebook7(
             page.unroute(jobs_list)
 
             # 2. the cancelled job in the sidebar: Cancelled in words, not red, shape in words
-            row = sidebar.locator("li.kf-job", has_text=ended["cancelled"])
-            badge = row.locator(".kf-badge")
-            expect(badge).to_have_text("Cancelled", timeout=60_000)
-            expect(badge).to_have_class("kf-badge kf-badge-cancelled")
-            expect(row.locator(".kf-job-nodes")).to_have_text(SHAPE)
-            assert "signal" not in (badge.get_attribute("title") or "")
-            assert "T" not in (row.locator(".kf-job-age").get_attribute("title") or "T")
-            colours = page.evaluate(
-                """() => ['failed', 'cancelled'].map(k => {
-                     const e = document.createElement('span');
-                     e.className = 'kf-badge kf-badge-' + k;
-                     document.querySelector('#kf-jupyter-sidebar').append(e);
-                     const c = getComputedStyle(e).backgroundColor; e.remove(); return c; })"""
-            )
-            assert colours[0] != colours[1], colours
+            row = expect_cancelled_row(page, sidebar, ended["cancelled"], SHAPE)
 
             # 3. the monitors: the job that ended while away comes back finished
             monitor = page.locator(f".kf-LiveMonitor[data-job='{name}']")

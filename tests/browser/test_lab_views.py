@@ -186,6 +186,29 @@ def test_twelve_live_monitors_leave_saving_and_the_file_browser_fast(
         assert [u for u in streams if "/logs" in u] == [], streams
 
 
+def expect_cancelled_row(page: Any, sidebar: Any, name: str, shape: str) -> Any:
+    """The sidebar's row of cancelled job `name`: Cancelled in words (no signal number), not in
+    the failed colour, its shape in words and no raw ISO time. Returns the row."""
+    from playwright.sync_api import expect
+
+    row = sidebar.locator("li.kf-job", has_text=name)
+    badge = row.locator(".kf-badge")
+    expect(badge).to_have_text("Cancelled", timeout=60_000)
+    expect(badge).to_have_class("kf-badge kf-badge-cancelled")
+    expect(row.locator(".kf-job-nodes")).to_have_text(shape)
+    assert "signal" not in (badge.get_attribute("title") or "")
+    assert "T" not in (row.locator(".kf-job-age").get_attribute("title") or "T")
+    colours = page.evaluate(
+        """() => ['failed', 'cancelled'].map(k => {
+             const e = document.createElement('span');
+             e.className = 'kf-badge kf-badge-' + k;
+             document.querySelector('#kf-jupyter-sidebar').append(e);
+             const c = getComputedStyle(e).backgroundColor; e.remove(); return c; })"""
+    )
+    assert colours[0] != colours[1], colours  # not red: not the failed badge's colour
+    return row
+
+
 def test_sidebar_says_loading_then_cancelled_in_words_everywhere(lab: dict) -> None:
     """While the job list loads the sidebar says so (not "No jobs yet"); a cancelled job is
     Cancelled (not a red Failed) in the sidebar and the job panel, without signal numbers;
@@ -228,22 +251,7 @@ def test_sidebar_says_loading_then_cancelled_in_words_everywhere(lab: dict) -> N
         page.unroute(jobs_list)
         for route in release:
             route.continue_()
-        row = sidebar.locator("li.kf-job", has_text=name)
-        badge = row.locator(".kf-badge")
-        expect(badge).to_have_text("Cancelled", timeout=60_000)
-        expect(badge).to_have_class("kf-badge kf-badge-cancelled")
-        expect(row.locator(".kf-job-nodes")).to_have_text("1 node \u00d7 2 processes")
-        assert "signal" not in (badge.get_attribute("title") or "")
-        assert "T" not in (row.locator(".kf-job-age").get_attribute("title") or "T")
-        # not red: the cancelled badge's colour is not the failed one
-        colours = page.evaluate(
-            """() => ['failed', 'cancelled'].map(k => {
-                 const e = document.createElement('span');
-                 e.className = 'kf-badge kf-badge-' + k;
-                 document.querySelector('#kf-jupyter-sidebar').append(e);
-                 const c = getComputedStyle(e).backgroundColor; e.remove(); return c; })"""
-        )
-        assert colours[0] != colours[1], colours
+        row = expect_cancelled_row(page, sidebar, name, "1 node \u00d7 2 processes")
         row.locator(".kf-job-name").click()
         panel = page.locator(".kf-JobPanel")
         expect(panel.locator(".kf-JobPanel-header .kf-badge")).to_have_text(
