@@ -78,11 +78,14 @@ def after_bar(bar: str, line: str) -> str | None:
     followed by what was printed: `...[00:19<00:11]rank 0 step 19 loss`. That state is as wide
     as `bar` (the last update shown) for a fixed-width bar; tqdm's ends with its `[...]` block,
     whose rate and times may grow or shrink by a few characters between two states (`9.87it/s`,
-    `10.12it/s`), so there the bar ends at the `]` nearest to `bar`'s width.
+    `10.12it/s`), so there the bar ends at the `]` nearest to `bar`'s width. A bar without such
+    a block may grow (`5/6 |######` then `6/6 |#######`): what follows its width counts as
+    printed only when it holds a letter, never a bar's own `#`.
     """
     if "\r" in line or not _BARLIKE.search(bar):
         return None
     cut = len(bar)
+    near = []
     if bar.endswith("]"):
         near = [
             j + 1
@@ -94,7 +97,12 @@ def after_bar(bar: str, line: str) -> str | None:
     head, tail = line[:cut], line[cut:]
     if not _BARLIKE.search(head) or not tail.strip():
         return None
+    if not near and not _LETTER.search(tail):
+        return None
     return tail
+
+
+_LETTER = re.compile(r"[^\W\d_]")
 
 
 #: How far a tqdm bar's next state may differ in width from the last one shown.
@@ -106,6 +114,7 @@ def printed_after_bar(bar: str | None, line: str) -> tuple[str, str] | None:
     made while a progress bar was drawn, else None. The bar is `bar` (the last update shown),
     or, for a raw line that carries its own `\r` updates, the update before its last segment."""
     last = line
+    own = False
     if "\r" in line:
         parts = [p for p in line.split("\r") if p.strip()]
         if not parts:
@@ -113,12 +122,16 @@ def printed_after_bar(bar: str | None, line: str) -> tuple[str, str] | None:
         last = parts[-1]
         if len(parts) >= 2:
             bar = parts[-2]
+            own = True
     if bar is None:
         return None
     printed = after_bar(bar, last)
     if printed is None:
         return None
-    return last[: len(last) - len(printed)], printed
+    state = last[: len(last) - len(printed)]
+    if own and not state.endswith("]"):
+        return None  # split from its own line only at a tqdm-like bar's `[...]` block
+    return state, printed
 
 
 _BARLIKE = re.compile(r"[|%]")

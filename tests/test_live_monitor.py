@@ -291,7 +291,7 @@ def test_a_print_after_a_bar_read_in_one_piece_is_clean_everywhere(tmp_path: Pat
     all; a terminal line is now the printed text alone (the bar shows again at its next update),
     read through the local backend's log reader as every view reads it."""
     from kf_jupyter.backends.local.logs import tail_lines_of
-    from kf_jupyter.logview import printed_after_bar, terminal_line
+    from kf_jupyter.logview import after_bar, printed_after_bar, terminal_line
 
     raw = "\r" + _tqdm_state(0, 1.0) + "\r" + _tqdm_state(20, 44.6) + "\r"
     raw += _tqdm_state(24, 47.1) + "rank 0 step 24 loss"
@@ -300,6 +300,11 @@ def test_a_print_after_a_bar_read_in_one_piece_is_clean_everywhere(tmp_path: Pat
     done = "\r" + _tqdm_state(5, 9.0) + "\r" + _tqdm_state(300, 9.0)
     assert terminal_line(done) == _tqdm_state(300, 9.0)  # the bar's own last state: kept
     assert terminal_line("plain | line 100%") == "plain | line 100%"
+    # a bar without tqdm's [...] block that grows is not a bar and a print
+    grows = "".join(f"\r{i}/6 |{'#' * (i + 1)}" for i in range(7))
+    assert terminal_line(grows) == "6/6 |#######"
+    assert after_bar("5/6 |######", "6/6 |#######") is None
+    assert after_bar("5/6 |######", "6/6 |######rank 0 step 6") == "rank 0 step 6"
     log = tmp_path / "rank.log"
     log.write_text(f"starting\n{raw}\n{done}\nafter\n", encoding="utf-8")
     lines = tail_lines_of(str(log), 10)

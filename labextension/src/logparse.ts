@@ -228,15 +228,16 @@ const BAR_SLACK = 16;
  * bar followed by text (the same rule as kf_jupyter/logview.py `after_bar`). The completed line
  * is the bar's next state followed by what was printed: as wide as the shown one for a
  * fixed-width bar; tqdm's ends with its `[...]` block, whose rate and times may change width by
- * a few characters between two states, so there the bar ends at the `]` nearest that width.
+ * a few characters between two states, so there the bar ends at the `]` nearest that width. A
+ * bar without that block may grow: what follows counts as printed only when it holds a letter.
  */
 export function afterBar(bar: string, line: string): string | null {
   if (line.includes('\r') || !/[|%]/.test(bar)) {
     return null;
   }
   let cut = bar.length;
+  let best = -1;
   if (bar.endsWith(']')) {
-    let best = -1;
     const hi = Math.min(line.length, cut + BAR_SLACK);
     for (let j = Math.max(0, cut - 1 - BAR_SLACK); j < hi; j++) {
       if (line[j] === ']' && (best < 0 || Math.abs(j + 1 - cut) < Math.abs(best - cut))) {
@@ -251,6 +252,9 @@ export function afterBar(bar: string, line: string): string | null {
   const tail = line.slice(cut);
   if (!/[|%]/.test(head) || tail.trim() === '') {
     return null;
+  }
+  if (best < 0 && !/\p{L}/u.test(tail)) {
+    return null; // a bar without a [...] block may grow (`6/6 |#######`): no letter, no print
   }
   return tail;
 }

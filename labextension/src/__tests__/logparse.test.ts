@@ -219,4 +219,9 @@ describe('a print after a progress bar update (issue 22)', () => {
     expect(afterBar(bar, slower)).toBeNull();
     expect(afterBar(next, `${slower}x`)).toBe('x');
   });
+
+  it('does not take a growing bar without a [...] block for a bar and a print', () => {
+    expect(afterBar('5/6 |######', '6/6 |#######')).toBeNull();
+    expect(afterBar('5/6 |######', '6/6 |######rank 0 step 6')).toBe('rank 0 step 6');
+  });
 });
