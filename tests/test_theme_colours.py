@@ -44,11 +44,12 @@ def test_contrast_is_the_wcag_ratio() -> None:
 
 
 def _stylesheet_palette(selector: str) -> tuple[str, ...]:
-    """The `--kf-palette-N` colours of the base.css rule whose selector is exactly `selector`."""
+    """The `--kf-palette-N` colours of the base.css rules whose selector is exactly `selector`
+    (several such rules may set other variables too)."""
     css = BASE_CSS.read_text()
-    rule = re.search(r"(?m)^" + re.escape(selector) + r"\s*\{([^}]*)\}", css)
-    assert rule is not None, f"no rule `{selector} {{...}}` in {BASE_CSS}"
-    slots = re.findall(r"--kf-palette-(\d+):\s*(#[0-9a-fA-F]{6})\s*;", rule.group(1))
+    rules = re.findall(r"(?m)^" + re.escape(selector) + r"\s*\{([^}]*)\}", css)
+    assert rules, f"no rule `{selector} {{...}}` in {BASE_CSS}"
+    slots = re.findall(r"--kf-palette-(\d+):\s*(#[0-9a-fA-F]{6})\s*;", "".join(rules))
     assert [int(n) for n, _ in slots] == list(range(len(slots))), slots
     return tuple(c.lower() for _, c in slots)
 
