@@ -121,6 +121,21 @@ def _literal_count(node: ast.expr) -> int | None:
     return n if n is not None and n > 0 else None  # -1: all of them; "auto", "0,1": open
 
 
+def _imports(tree: ast.AST, packages: frozenset[str]) -> bool:
+    """Whether the code imports one of `packages` (or a module of one)."""
+    return any(
+        (isinstance(n, ast.Import) and any(a.name.split(".")[0] in packages for a in n.names))
+        or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in packages)
+        for n in ast.walk(tree)
+    )
+
+
+def _short_call(source: str, node: ast.AST, fallback: str) -> str:
+    """A call as written, on one line, cut at 80 characters (for an error message)."""
+    call = " ".join((ast.get_source_segment(source, node) or fallback).split())
+    return call if len(call) <= 80 else call[:79] + "\u2026"
+
+
 @functools.lru_cache(maxsize=64)
 def lightning_count_mismatch(source: str, num_nodes: int, procs: int | None) -> str | None:
     """Why Lightning would stop at start: `Trainer(devices=N)` or `Fabric(devices=N)` with a
@@ -134,12 +149,7 @@ def lightning_count_mismatch(source: str, num_nodes: int, procs: int | None) -> 
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    uses_lightning = any(
-        (isinstance(n, ast.Import) and any(a.name.split(".")[0] in _LIGHTNING for a in n.names))
-        or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in _LIGHTNING)
-        for n in ast.walk(tree)
-    )
-    if not uses_lightning:
+    if not _imports(tree, _LIGHTNING):
         return None
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -147,10 +157,7 @@ def lightning_count_mismatch(source: str, num_nodes: int, procs: int | None) -> 
         callee = _dotted(node.func).rpartition(".")[2]
         if callee not in _LIGHTNING_CALLEES:
             continue
-        call = ast.get_source_segment(source, node) or f"{callee}(...)"
-        call = " ".join(call.split())
-        if len(call) > 80:
-            call = call[:79] + "\u2026"
+        call = _short_call(source, node, f"{callee}(...)")
         for kw in node.keywords:
             n = _literal_count(kw.value) if kw.arg in ("devices", "num_nodes") else None
             if n is None:
@@ -202,11 +209,6 @@ def _shape_words(num_nodes: int, procs: int) -> str:
     )
 
 
-def _short_call(source: str, node: ast.AST, fallback: str) -> str:
-    call = " ".join((ast.get_source_segment(source, node) or fallback).split())
-    return call if len(call) <= 80 else call[:79] + "\u2026"
-
-
 @functools.lru_cache(maxsize=64)
 def accelerate_count_mismatch(
     source: str, num_nodes: int, procs: int | None, env: frozenset[str] = frozenset()
@@ -227,12 +229,7 @@ def accelerate_count_mismatch(
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    uses_accelerate = any(
-        (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "accelerate" for a in n.names))
-        or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "accelerate")
-        for n in ast.walk(tree)
-    )
-    if not uses_accelerate:
+    if not _imports(tree, frozenset({"accelerate"})):
         return None
     sized_by_env = any(name.startswith("PARALLELISM_CONFIG_") for name in env)
     for node in ast.walk(tree):
