@@ -56,9 +56,21 @@ def terminal_line(line: str) -> str:
     `\r` bar collapsed to its last state; a print made while the bar was drawn
     (`\r<bar>\r<bar>rank 0 step 24 loss`) is the printed text alone, without the bar's state
     in front of it (`printed_after_bar`); the bar shows again at its next update."""
+    return followed_line(line)[0]
+
+
+def followed_line(line: str) -> list[str]:
+    """The records a follower sends for one completed raw line: its `terminal_line`, and, when
+    that line was a print made while a bar was drawn (`printed_after_bar`), an update record
+    of the bar's state after it. A terminal leaves the bar's state before the printed text and
+    draws the bar again at its next update; a live view keeps it as the source's live line
+    instead, so the bar does not blink out at every print until its next redraw."""
     line = line[:-1] if line.endswith("\r") else line
     found = printed_after_bar(None, line) if "\r" in line else None
-    return found[1] if found is not None else collapse_cr(line)
+    if found is None:
+        return [collapse_cr(line)]
+    state, printed = found
+    return [printed, UPDATE + state] if state.strip() else [printed]
 
 
 def log_lines(text: str) -> list[str]:

@@ -311,6 +311,33 @@ def test_a_print_after_a_bar_read_in_one_piece_is_clean_everywhere(tmp_path: Pat
     assert lines == ["starting", "rank 0 step 24 loss", _tqdm_state(300, 9.0), "after"]
 
 
+def test_a_followed_bar_stays_live_across_a_print(tmp_path: Path) -> None:
+    """A follower that reads a print made while a bar is drawn (`\\r<bar>\\r<bar>rank 0 step
+    24 loss` in one read) sends the printed text and then the bar's state as an update, so
+    every live view keeps the rank's bar on screen: before, the bar blinked out at each print
+    until tqdm's next redraw, and a job whose ranks print together showed no bar at all for
+    up to tqdm's refresh interval (what the lab's browser test met on a loaded CI machine)."""
+    from kf_jupyter.backends.local.logs import iter_records
+    from kf_jupyter.logview import UPDATE, readable
+
+    log = tmp_path / "rank-0.log"
+    log.write_text("starting\n\r" + _tqdm_state(0, 1.0), encoding="utf-8")
+    done = False
+    records = iter_records(str(tmp_path), follow=True, is_done=lambda: done)
+    got = [next(records), next(records)]
+    assert [r.line for r in got] == ["starting", UPDATE + _tqdm_state(0, 1.0)]
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write("\r" + _tqdm_state(20, 44.6) + "\r" + _tqdm_state(24, 47.1))
+        fh.write("rank 0 step 24 loss\n")
+    done = True
+    got += list(records)
+    assert [r.line for r in got[2:]] == ["rank 0 step 24 loss", UPDATE + _tqdm_state(24, 47.1)]
+    st = LogState()
+    assert [st.add(rec.source, rec.line) for rec in got] == [True, False, True, False]
+    assert list(st.tails["rank-0"]) == ["starting", "rank 0 step 24 loss", _tqdm_state(24, 47.1)]
+    assert [r.line for r in readable(got)] == ["starting", "rank 0 step 24 loss"]
+
+
 def test_a_settled_monitor_is_its_static_view_and_only_the_last_few_stay(monkeypatch) -> None:
     """Issue 22: when a job ends, the monitor's widget model (which a page that was away still
     shows from its saved live output) becomes the static view; its other models are closed,

@@ -25,7 +25,7 @@ from ...errors import (
     JobStateError,
     ValidationError,
 )
-from ...logview import UPDATE, UPDATE_BYTES, collapse_cr, log_lines, terminal_line
+from ...logview import UPDATE, UPDATE_BYTES, collapse_cr, followed_line, log_lines, terminal_line
 from ...types import COMPLETE, FAILED, LogRecord, TrainJob
 from ..base import human_records, tag_records
 from .api import REQUEST_TIMEOUT, KubeApi
@@ -116,10 +116,13 @@ class _Reader(threading.Thread):
             _close(resp)
         return resp
 
-    def _emit(self, raw: bytes) -> None:
-        line = terminal_line(raw.decode("utf-8", "replace"))  # a bar: its last state
+    def _emit(self, raw: bytes, follow: bool = False) -> None:
+        text = raw.decode("utf-8", "replace")
+        # a bar: its last state; following, a bar stays live across a print (followed_line)
+        lines = followed_line(text) if follow else [terminal_line(text)]
         self._shown = ""
-        self.f.q.put(("line", LogRecord(self.source, line)))
+        for line in lines:
+            self.f.q.put(("line", LogRecord(self.source, line)))
 
     def _emit_update(self, partial: bytearray) -> None:
         """A progress bar still being written (`\\r` redraws, no newline yet): its current state
@@ -183,7 +186,7 @@ class _Reader(threading.Thread):
                             skip -= 1
                             continue
                         pos += 1
-                        self._emit(raw)
+                        self._emit(raw, follow=True)
                     if buf and not skip:
                         self._emit_update(buf)
                 clean = True

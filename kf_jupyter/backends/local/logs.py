@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from ...logview import UPDATE, UPDATE_BYTES, terminal_line
+from ...logview import UPDATE, UPDATE_BYTES, followed_line, terminal_line
 from ...types import LogRecord
 
 POLL_SECONDS = 0.05
@@ -158,7 +158,11 @@ class _Cursor:
                 self.pieces.append(head)
                 head = b"".join(self.pieces)
                 self.pieces = []
-            out.extend(_decode(x) for x in head.split(b"\n"))
+            if self.updates:  # a follower keeps a bar live across a print (followed_line)
+                for x in head.split(b"\n"):
+                    out.extend(followed_line(x.decode("utf-8", "replace")))
+            else:
+                out.extend(_decode(x) for x in head.split(b"\n"))
             if last + 1 < len(chunk):
                 self.pieces.append(chunk[last + 1 :])
             if len(out) >= 10_000:
