@@ -21,7 +21,8 @@ else
 fi
 
 echo "== pytest (all, slow included)"
-$PY -m pytest -p no:cacheprovider "$@"
+# the slowest tests, so CI time (90 min allowed) can be watched and trimmed
+$PY -m pytest -p no:cacheprovider --durations=25 "$@"
 rc=$?
 if [ $rc -eq 5 ]; then
   echo "test: pytest collected no tests — that is a failure here" >&2
