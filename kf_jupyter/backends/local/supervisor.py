@@ -139,11 +139,20 @@ def update_status(job_dir: str, change: Callable[[dict[str, Any]], None]) -> dic
     return status
 
 
-def finish_status(job_dir: str, status: str, reason: str, message: str) -> bool:
-    """Set a terminal status unless one is already set; True if this call set it."""
+def finish_status(
+    job_dir: str,
+    status: str,
+    reason: str,
+    message: str,
+    changes: list[Callable[[dict[str, Any]], None]] | None = None,
+) -> bool:
+    """Set a terminal status unless one is already set; True if this call set it. `changes` are
+    applied first, in the same write (whether or not the status was already terminal)."""
     done = [False]
 
     def change(st: dict[str, Any]) -> None:
+        for c in changes or ():
+            c(st)
         if st.get("status") in TERMINAL:
             return
         st.update(status=status, reason=reason, message=message, finished=time.time())
@@ -652,6 +661,10 @@ class Supervisor:
         # Set when one of our own writes met a full disk; what could not be written waits here.
         self.disk_error: str | None = None
         self.pending_changes: list[Callable[[dict[str, Any]], None]] = []
+        # Exit codes not yet in status.json: only while every process has exited with 0, when
+        # the next write is the job's end (`_finish` writes them with it, one write less on the
+        # path from the last exit to `wait_for_job_status` returning; issue 21).
+        self.exit_changes: list[Callable[[dict[str, Any]], None]] = []
         self.pending_events: list[tuple[str, str, str, str]] = []
         self.broken = False  # the job folder is gone or unwritable: record nothing more
         self.status_endpoint: Any = None
@@ -701,18 +714,12 @@ class Supervisor:
         # supervisor's own (a store walked right after wait() returns finds none vanishing).
         with contextlib.suppress(OSError):
             os.unlink(self.reserve)
-        pending, self.pending_changes = self.pending_changes, []
-
-        def change(st: dict[str, Any]) -> None:
-            for c in pending:
-                c(st)
-
-        if pending:
-            update_status(self.job_dir, change)
+        pending = self.pending_changes + self.exit_changes
+        self.pending_changes, self.exit_changes = [], []
         events, self.pending_events = self.pending_events, []
         for e in events:
             append_event(self.job_dir, *e)
-        finish_status(self.job_dir, status, reason, message)
+        finish_status(self.job_dir, status, reason, message, pending)
 
     def _record_failure(self, name: str, code: int) -> None:
         """Put the root cause (`failure` in status.json) beside the message."""
@@ -743,7 +750,10 @@ class Supervisor:
                 def change(st: dict[str, Any], name: str = name, rc: int = rc) -> None:
                     st.setdefault("processes", {}).setdefault(name, {})["exit_code"] = rc
 
-                self._update(change)
+                self.exit_changes.append(change)
+        done = len(self.exits) == len(self.procs) and not any(self.exits.values())
+        if self.exit_changes and not done:
+            self._flush_exits()
         # Orphans re-parented to us (we are a subreaper): collect them once they exit. Peek
         # (WNOWAIT) so the exit of one of our own processes stays for Popen.poll().
         ours = {p.pid for p in self.procs.values() if p.returncode is None}
@@ -756,6 +766,17 @@ class Supervisor:
                 return
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(info.si_pid, os.WNOHANG)
+
+    def _flush_exits(self) -> None:
+        """Write the exit codes `_reap` kept for the job's end (see `exit_changes`)."""
+        changes, self.exit_changes = self.exit_changes, []
+
+        def change(st: dict[str, Any]) -> None:
+            for c in changes:
+                c(st)
+
+        if changes:
+            self._update(change)
 
     def _start(self) -> None:
         logs = os.path.join(self.job_dir, "logs")
@@ -857,6 +878,7 @@ class Supervisor:
     def _suspend(self) -> None:
         """Stop the processes and keep everything else (see the module docstring)."""
         self._stop_all()
+        self._flush_exits()  # the run that ends here keeps its exit codes
         self._release_gpus()
         self.procs, self.exits, self.snapshot = {}, {}, []
         self.suspended = True
