@@ -367,6 +367,31 @@ def _kfj_watch_rendezvous(name):
         )
 
 
+def _kfj_spec_around(finder, name, path, target, before, after):
+    """The spec the other finders give `name`, its loader running `before()` and then
+    `after(module)` around the module's own code (once); None when no finder knows `name`."""
+    spec = None
+    for other in sys.meta_path:
+        if other is finder or not hasattr(other, "find_spec"):
+            continue
+        spec = other.find_spec(name, path, target)
+        if spec is not None:
+            break
+    loader = getattr(spec, "loader", None)
+    real = getattr(loader, "exec_module", None)
+    if real is None:
+        return spec
+
+    def exec_module(module):
+        del loader.exec_module  # the loader's own method again
+        before()
+        real(module)
+        after(module)
+
+    loader.exec_module = exec_module
+    return spec
+
+
 class _KfjImportWatch:
     """A meta-path finder that only watches: the first import of a framework (and of
     torch.distributed) is reported and timed; the spec and the module are the usual ones."""
@@ -378,34 +403,119 @@ class _KfjImportWatch:
         if name in self.seen or (name not in _KFJ_FRAMEWORKS and name != "torch.distributed"):
             return None
         self.seen.add(name)
-        spec = None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        loader = getattr(spec, "loader", None)
-        real = getattr(loader, "exec_module", None)
-        if real is None:
-            return spec
+        import time
 
-        def exec_module(module):
-            import time
+        top = name in _KFJ_FRAMEWORKS
+        start = []
 
-            del loader.exec_module  # the loader's own method again
-            top = name in _KFJ_FRAMEWORKS
-            start = time.monotonic()
+        def before():
+            start.append(time.monotonic())
             if top:
                 _kfj_phase("ImportingFramework", f"importing {name}")
-            real(module)
+
+        def after(module):
             if top:
-                took = time.monotonic() - start
+                took = time.monotonic() - start[0]
                 _kfj_phase("ImportedFramework", f"imported {name} in {took:.1f} s")
             _kfj_watch_rendezvous(name)
 
-        loader.exec_module = exec_module
-        return spec
+        return _kfj_spec_around(self, name, path, target, before, after)
+
+
+# -- Accelerate's notebook_launcher runs in place inside a job ---------------------------------
+# A notebook written for Accelerate ends with notebook_launcher(fn, args, num_processes=N), which
+# forks N processes on this machine. Inside a job the job's processes already are the launch (N
+# more per rank would meet on one port and fail), so with N equal to the job's processes per node
+# each rank calls fn(*args) itself: Accelerator() in it takes the job's ranks. Other counts stop
+# with what to change (kf_jupyter.own_setup refuses literal ones before submitting).
+
+_KFJ_ACCELERATE_LAUNCHERS = "accelerate.launchers"
+
+
+def _kfj_launch_in_place(real):
+    """`real` (Accelerate's notebook_launcher) as it behaves inside a job (see above)."""
+    import functools
+    import inspect
+
+    try:
+        signature = inspect.signature(real)
+    except (TypeError, ValueError):
+        return real
+
+    @functools.wraps(real)
+    def notebook_launcher(*args, **kwargs):
+        try:
+            call = signature.bind(*args, **kwargs)
+        except TypeError:
+            return real(*args, **kwargs)  # Accelerate's own error
+        call.apply_defaults()
+        given = call.arguments
+        n = given.get("num_processes")
+        per_node = os.environ.get("LOCAL_WORLD_SIZE", "")
+        if not isinstance(n, int) or n <= 1 or not per_node.isdigit():
+            return real(*args, **kwargs)  # 1 runs in place already; None is Accelerate's error
+        if n != int(per_node):
+            raise RuntimeError(
+                f"notebook_launcher(num_processes={n}) ran inside a job of {per_node} processes "
+                f"per node. Inside a job the job's processes are the launch, so the function runs "
+                f"in place on each of them: run the cell with -p {n}, or pass "
+                f"num_processes={per_node}."
+            )
+        function = given.get("function")
+        precision = str(given.get("mixed_precision") or "no").lower()
+        if _kfj_rank() == 0:
+            name = getattr(function, "__name__", "the function")
+            print(
+                f"kf-jupyter: notebook_launcher(num_processes={n}) runs {name} in place on each of "
+                f"the job's {n} processes per node",
+                flush=True,
+            )
+        before = os.environ.get("ACCELERATE_MIXED_PRECISION")
+        if precision != "no":
+            os.environ["ACCELERATE_MIXED_PRECISION"] = precision
+        try:
+            return function(*tuple(given.get("args") or ()))
+        finally:
+            if before is None:
+                os.environ.pop("ACCELERATE_MIXED_PRECISION", None)
+            else:
+                os.environ["ACCELERATE_MIXED_PRECISION"] = before
+
+    notebook_launcher._kfj_in_place = True
+    return notebook_launcher
+
+
+def _kfj_patch_launcher(module):
+    """Put the in-place notebook_launcher on `module` (accelerate.launchers) and `accelerate`."""
+    real = getattr(module, "notebook_launcher", None)
+    if not callable(real) or getattr(real, "_kfj_in_place", False):
+        return
+    module.notebook_launcher = _kfj_launch_in_place(real)
+    top = sys.modules.get("accelerate")
+    if top is not None and getattr(top, "notebook_launcher", None) is real:
+        top.notebook_launcher = module.notebook_launcher
+
+
+class _KfjLauncherWatch:
+    """A meta-path finder that patches accelerate.launchers once it is imported (only for code
+    that names notebook_launcher: nothing else is imported or changed)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != _KFJ_ACCELERATE_LAUNCHERS:
+            return None
+        sys.meta_path.remove(self)
+        return _kfj_spec_around(self, name, path, target, lambda: None, _kfj_patch_launcher)
+
+
+def _kfj_watch_launcher(source):
+    """Run Accelerate's notebook_launcher in place, for code that calls it."""
+    if "notebook_launcher" not in source:
+        return
+    module = sys.modules.get(_KFJ_ACCELERATE_LAUNCHERS)
+    if module is not None:
+        _kfj_patch_launcher(module)
+    else:
+        sys.meta_path.insert(0, _KfjLauncherWatch())
 
 
 def _kfj_watch_startup():
@@ -760,6 +870,7 @@ def _kfj_main(argv):
     with open(args_file, encoding="utf-8") as fh:
         kwargs = json.load(fh)
     code = compile(source, func_file, "exec")
+    _kfj_watch_launcher(source)
     if func_name == _KFJ_SCRIPT:
         func, kwargs = _kfj_script(code, func_file, kwargs, source), {}
     else:

@@ -215,9 +215,9 @@ def accelerate_count_mismatch(
 ) -> str | None:
     """Why Accelerate would go wrong at start, for code that imports `accelerate`:
 
-    - `notebook_launcher(fn, num_processes=N)` with a literal N > 1: inside a job every
-      process would launch N more of its own (they meet on its one port and fail, even when N
-      equals -p); the job's processes are the launch, so the function is to be called directly.
+    - `notebook_launcher(fn, num_processes=N)` with a literal N > 1 other than the job's
+      processes per node: inside a job the job's processes are the launch, and the runner
+      calls fn in place on each of them (kf_jupyter/entrypoint.py), so N must be -p.
     - `ParallelismConfig(...)` whose literal sizes multiply to other than the job's processes
       in all: Accelerate stops on every rank ("total_size ... does not match num_processes").
 
@@ -242,27 +242,14 @@ def accelerate_count_mismatch(
             if given is None and len(node.args) > 2:
                 given = node.args[2]
             n = _literal_int(given) if given is not None else None
-            if n is None or n <= 1:
-                continue  # 1 calls the function in the process itself: that works in a job
-            fn = ast.get_source_segment(source, node.args[0]) if node.args else None
-            fn = fn if fn and fn.isidentifier() else "the training function"
-            each = (
-                f"each of the job's {_shape_words(num_nodes, procs)}"
-                if procs is not None
-                else "each of the job's processes"
-            )
-            advice = (
-                f"-p {n} gives the {n} you asked for"
-                if n != procs
-                else f"-p {n}, as now, already gives the {n} you asked for"
-            )
+            if n is None or n <= 1 or procs is None or n == procs:
+                continue  # 1 runs in place, and so does -p (the runner); others are checked there
             return (
                 f"The code calls Accelerate's {_short_call(source, node, 'notebook_launcher()')}, "
-                f"which would start {n} processes of its own inside {each}: the job's processes "
-                "already are the launch, and nested launches collide on notebook_launcher's one "
-                f"port and fail. Call {fn}(...) directly instead (Accelerator() in it takes the "
-                f"job's ranks), or pass num_processes=1, which does that; choose how many "
-                f"processes with -p ({advice}). Nothing was submitted."
+                f"but the job has {_shape_words(num_nodes, procs)}. Inside a job the job's "
+                "processes are the launch: notebook_launcher runs the function in place on each "
+                f"of them, so its num_processes must be the processes per node. Run the cell "
+                f"with -p {n}, or pass num_processes={procs}. Nothing was submitted."
             )
         if callee == "ParallelismConfig" and procs is not None and not sized_by_env:
             sizes = dict(zip(_ACCELERATE_SIZES, node.args, strict=False))

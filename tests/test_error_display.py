@@ -297,26 +297,60 @@ def _no_jobs() -> bool:
     return TrainerClient(LocalBackendConfig()).list_jobs() == []
 
 
-@pytest.mark.parametrize("launch", ["num_processes=4", "num_processes=2", "2"])
-def test_a_cell_that_calls_notebook_launcher_is_not_submitted(shell, launch):
-    # num_processes=2 equals -p 2 and is refused too: each of the job's 2 processes would launch
-    # 2 more, and the nested launches meet on notebook_launcher's one port (29500) and fail.
+@pytest.mark.parametrize("launch", ["num_processes=4", "4"])
+def test_a_cell_whose_notebook_launcher_count_is_not_p_is_not_submitted(shell, launch):
+    # Inside a job notebook_launcher runs the function in place on each of the job's processes
+    # (the runner), so its count must be the job's processes per node.
     msg = _magic_error(shell, "-n 1 -p 2", ACCELERATE_CELL.format(launch=launch))
     assert msg.startswith(
-        f"The code calls Accelerate's notebook_launcher(training_function, (1e-3, 2), {launch})"
+        f"The code calls Accelerate's notebook_launcher(training_function, (1e-3, 2), {launch}), "
+        "but the job has 1 node × 2 processes"
     ), msg
-    assert "Call training_function(...) directly instead" in msg
-    assert "or pass num_processes=1" in msg
+    assert "Run the cell with -p 4, or pass num_processes=2." in msg
     assert msg.endswith("Nothing was submitted.")
     assert "\n" not in msg
     assert _no_jobs()
 
 
-@pytest.mark.parametrize("launch", ["num_processes=1", "num_processes=n_procs", "**launch_kwargs"])
+@pytest.mark.parametrize(
+    "launch",
+    ["num_processes=2", "2", "num_processes=1", "num_processes=n_procs", "**launch_kwargs"],
+)
 def test_notebook_launcher_that_runs_in_place_or_is_computed_passes(shell, capsys, launch):
     cell = "n_procs = 2\nlaunch_kwargs = {}\n" + ACCELERATE_CELL.format(launch=launch)
     shell.run_cell_magic("torchtrain", "-n 1 -p 2 --dry-run", cell)
     assert "kind: TrainJob" in capsys.readouterr().out
+
+
+def test_notebook_launcher_in_a_job_runs_the_function_in_place(monkeypatch, capsys):
+    """The runner's notebook_launcher (Accelerate's own, wrapped) inside a rank of a job with 2
+    processes per node: num_processes=2 calls the function in this process with its args and
+    Accelerate's mixed precision; another count stops with what to change; 1 is Accelerate's
+    own in-place run."""
+    from accelerate.launchers import notebook_launcher as real
+
+    from kf_jupyter import entrypoint
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    launcher = entrypoint._kfj_launch_in_place(real)
+    calls = []
+
+    def train(lr, epochs):
+        calls.append((lr, epochs, os.environ.get("ACCELERATE_MIXED_PRECISION")))
+        return "done"
+
+    assert launcher(train, (1e-3, 2), num_processes=2, mixed_precision="bf16") == "done"
+    assert calls == [(1e-3, 2, "bf16")]
+    assert "ACCELERATE_MIXED_PRECISION" not in os.environ
+    out = capsys.readouterr().out
+    assert "notebook_launcher(num_processes=2) runs train in place" in out
+    with pytest.raises(RuntimeError, match=r"run the cell with -p 3, or pass num_processes=2"):
+        launcher(train, (1e-3, 2), 3)
+    launcher(train, (0.5, 1), num_processes=1)
+    assert calls[-1] == (0.5, 1, None)
+    assert "Launching training on CPU" in capsys.readouterr().out  # Accelerate's own
 
 
 def test_code_without_accelerate_is_not_checked():
@@ -421,20 +455,23 @@ def test_accelerate_launch_is_not_compared_with_an_auto_process_count():
 
 
 @pytest.mark.slow
-def test_a_refused_notebook_launcher_cell_runs_as_the_error_says(shell, tmp_path):
-    """The error's advice, followed: num_processes=1 in the cell runs the function in each of
-    the job's 2 processes, and Accelerate trains on the job's 2 processes (a real local job)."""
+def test_a_notebook_launcher_cell_runs_unchanged_in_a_job(shell, tmp_path):
+    """An Accelerate notebook as written for a laptop (notebook_launcher(fn, args,
+    num_processes=2)) run with -p 2: each of the job's 2 processes runs the function in place,
+    Accelerate trains on the job's 2 processes, and nothing is launched twice (a real job)."""
     from kf_jupyter.backends.local.config import LocalBackendConfig
     from kf_jupyter.backends.local.warm.pool import stop_all
     from kf_jupyter.client import TrainerClient
 
-    cell = ACCELERATE_CELL.format(launch="num_processes=1")
+    cell = ACCELERATE_CELL.format(launch="num_processes=2")
     try:
         shell.run_cell_magic("torchtrain", "-n 1 -p 2 --no-wait -o job", cell)
         job = shell.user_ns["job"]
         assert job.wait(timeout=300).status == "Complete"
         logs = "\n".join(TrainerClient(LocalBackendConfig()).get_job_logs(job.name))
         assert logs.count("trained on 2 processes") == 1, logs  # accelerator.print: rank 0
+        assert logs.count("runs training_function in place") == 1, logs
+        assert "Launching training" not in logs, logs  # Accelerate's own launch never ran
     finally:
         stop_all(tmp_path / "state")
 
