@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import shlex
 import textwrap
 import types
@@ -91,9 +92,17 @@ def encode_args(func_args: dict[str, Any] | None) -> str:
         ) from None
 
 
+#: A line that holds only a comment (the warm pool's agent.py drops the same lines).
+COMMENT_LINE = r"(?m)^[ \t]*#.*\n"
+
+
 def runner_source() -> str:
-    """The text of the runner shipped in every job (kf_jupyter/entrypoint.py)."""
-    return resources.files("kf_jupyter").joinpath("entrypoint.py").read_text(encoding="utf-8")
+    """The text of the runner shipped in every job (kf_jupyter/entrypoint.py) without its
+    comment-only lines: the runner travels in the job's command, whose one argument holds at
+    most 128 KiB, so each byte of comment was a byte less for the training function's source
+    (the same code: its syntax tree is unchanged)."""
+    text = resources.files("kf_jupyter").joinpath("entrypoint.py").read_text(encoding="utf-8")
+    return re.sub(COMMENT_LINE, "", text)
 
 
 def quote(text: str) -> str:

@@ -158,3 +158,22 @@ def test_the_sdk_heredoc_would_fail_this(shim: Path, tmp_path: Path) -> None:
     )
     subprocess.run([BASH, "-c", sdk_style], env={"HOME": "/root", "PATH": "/usr/bin:/bin"})
     assert (tmp_path / "out.py").read_bytes() != source.encode()
+
+
+def test_the_shipped_runner_is_the_runner_without_its_comment_lines() -> None:
+    """The runner travels in the job's command (one argument, at most 128 KiB), so its comment
+    lines, a byte less each for the function's source, stay home: what a job runs has the same
+    syntax tree as kf_jupyter/entrypoint.py, and the warm pool precompiled exactly those bytes
+    (a warm rank that missed them compiled the runner again, 5-30 ms)."""
+    import ast
+
+    from kf_jupyter.backends.local.warm import agent
+
+    full = (Path(program.__file__).parent / "entrypoint.py").read_text(encoding="utf-8")
+    shipped = program.runner_source()
+    assert len(shipped) < len(full) - 3000
+    assert "\n#" not in shipped and "\n    # " not in shipped
+    assert ast.dump(ast.parse(shipped)) == ast.dump(ast.parse(full))
+    agent._COMPILED.clear()
+    agent._precompile_runner()
+    assert list(agent._COMPILED) == [shipped.encode("utf-8")]

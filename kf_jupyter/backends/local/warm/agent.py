@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -216,11 +217,17 @@ def prepare_parent(preload, set_by_imports=None):
     import types  # noqa: F401
 
     _skip_import_finalizers(preload)
+    _precompile_runner()
+    _collapse_huge_pages()
+
+
+def _precompile_runner():
+    """Compile the runner once, as jobs ship it: without its comment-only lines
+    (program.COMMENT_LINE, `runner_source`)."""
     with contextlib.suppress(OSError, SyntaxError, ValueError):
         with open(_RUNNER, "rb") as fh:
-            source = fh.read()
+            source = re.sub(rb"(?m)^[ \t]*#.*\n", b"", fh.read())
         _COMPILED[source] = compile(source, _RUNNER, "exec", dont_inherit=True)
-    _collapse_huge_pages()
 
 
 def _huge_page_size():
