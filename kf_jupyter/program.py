@@ -9,6 +9,7 @@ without a NUL byte (which no argv can hold) arrives exactly.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -96,11 +97,13 @@ def encode_args(func_args: dict[str, Any] | None) -> str:
 COMMENT_LINE = r"(?m)^[ \t]*#.*\n"
 
 
+@functools.lru_cache(maxsize=1)
 def runner_source() -> str:
     """The text of the runner shipped in every job (kf_jupyter/entrypoint.py) without its
     comment-only lines: the runner travels in the job's command, whose one argument holds at
     most 128 KiB, so each byte of comment was a byte less for the training function's source
-    (the same code: its syntax tree is unchanged)."""
+    (the same code: its syntax tree is unchanged). Read once per process: it is on every
+    `train()`'s path, and the package's files do not change under a running kernel."""
     text = resources.files("kf_jupyter").joinpath("entrypoint.py").read_text(encoding="utf-8")
     return re.sub(COMMENT_LINE, "", text)
 
