@@ -162,17 +162,21 @@ class DirectNode:
         self._lines()
 
     def fileno(self) -> int:
-        """The connection's descriptor (-1 once it is closed): readable when the pool writes."""
-        return self.conn.fileno() if self.conn is not None else -1
+        """The connection's descriptor (-1 once the node ended): readable when the pool writes."""
+        return self.conn.fileno() if self.conn is not None and self.returncode is None else -1
 
-    def _end(self, code: int) -> None:
+    def _end(self, code: int, let_go: bool = True) -> None:
         self.returncode = code
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        if let_go:
+            self._let_go()
         if self.log_fd >= 0:
             os.close(self.log_fd)
             self.log_fd = -1
+
+    def _let_go(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
     def _lines(self) -> None:
         while b"\n" in self.buf and self.returncode is None:
@@ -180,7 +184,9 @@ class DirectNode:
             with contextlib.suppress(ValueError):
                 msg = json.loads(line)
                 if isinstance(msg, dict) and "exit" in msg:
-                    self._end(int(msg["exit"]))
+                    # The connection stays open until close(): the pool forks its next spare
+                    # once the supervisor has recorded the job's end and let go (zygote.py).
+                    self._end(int(msg["exit"]), let_go=False)
 
     def poll(self) -> int | None:
         """The node's exit code once the pool reported it (negative: killed by that signal)."""
@@ -220,6 +226,8 @@ class DirectNode:
         """Let go of the connection (the pool kills the node's session if it still runs)."""
         if self.returncode is None:
             self._end(-9)
+        else:
+            self._let_go()
 
 
 def hand_over(

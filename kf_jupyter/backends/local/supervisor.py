@@ -878,6 +878,7 @@ class Supervisor:
     def _suspend(self) -> None:
         """Stop the processes and keep everything else (see the module docstring)."""
         self._stop_all()
+        self._let_go()
         self._flush_exits()  # the run that ends here keeps its exit codes
         self._release_gpus()
         self.procs, self.exits, self.snapshot = {}, {}, []
@@ -1060,8 +1061,16 @@ class Supervisor:
                 p.wait(timeout=1)
         self._reap()
         for p in self.procs.values():
-            if hasattr(p, "close"):  # a node handed over directly: let go of the pool's line
-                p.close()
+            if hasattr(p, "close") and p.returncode is None:
+                p.close()  # a node handed over directly that still runs: the pool stops it
+
+    def _let_go(self) -> None:
+        """Close the pool's lines of the nodes handed over directly that ended: the pool forks
+        its next spares once they are closed, so not while this job's end is being written."""
+        for p in self.procs.values():
+            if hasattr(p, "close"):
+                with contextlib.suppress(Exception):
+                    p.close()
 
     def _warm_nodes(self) -> list[tuple[int, float]]:
         """The node processes the warm pool forked for this job (children of the pool, not ours)."""
@@ -1121,6 +1130,7 @@ class Supervisor:
         try:
             return self._run(wake_r)
         finally:
+            self._let_go()  # after the end is written (or the job could not be followed)
             self._release_gpus()  # whatever way the job ended (a crash is reclaimed later)
             with contextlib.suppress(OSError):
                 os.unlink(self.reserve)
@@ -1168,6 +1178,11 @@ class Supervisor:
             self._event("Normal", "Running", "all processes started")
         deadline = self.spec.get("deadline_seconds")
         last_snap = 0.0
+        if self.procs and all(hasattr(p, "close") for p in self.procs.values()):
+            # Every node was handed to the pool, which stops a node whose supervisor is gone:
+            # the first snapshot can wait its period instead of walking the process tree and
+            # writing status.json while the ranks start (issue 21).
+            last_snap = time.monotonic()
         last_control = time.monotonic()
         while True:
             self._reap()

@@ -21,8 +21,12 @@ MAX_SPARE_RANKS), so a launch is a message to a process that is already past its
 (`agent.spare_main`) instead of three forks of this process. A spare serves one launch; when none
 is ready (more nodes at once than it keeps, or not yet replaced) the launch forks at once, as
 before, and its reply says why. Spares are replaced once no node runs (or REFILL_SECONDS after
-the last launch), so the forks never compete with a job that is starting. They end with the
-server (killed at its exit; PDEATHSIG if it is killed) and are listed in META.
+the last launch), so the forks never compete with a job that is starting, and once the launcher
+of the node that ended last has let go of its connection (a supervisor does after it wrote the
+job's end; at most REFILL_SECONDS after that exit), so they do not compete with the end of a job
+either: its exit path, the supervisor's last writes and `wait_for_job_status` returning (issue
+21). They end with the server (killed at its exit; PDEATHSIG if it is killed) and are listed in
+META.
 """
 
 from __future__ import annotations
@@ -269,7 +273,9 @@ class Zygote:
         self.children = {}  # pid -> connection
         self.trees = {}  # pid -> {descendant pid: creation time}, refreshed while it runs
         self.tags = {}  # pid -> (job name, node rank) from the launch's environment
-        self.conns = {}  # connection -> pid (None before the fork)
+        self.conns = {}  # connection -> pid (None once its node's exit was sent)
+        # Connections of nodes that ended, until their launcher closes them: {conn: when}.
+        self.ending = {}
         self.served = 0
         self.last_active = time.monotonic()
         self.agent = None
@@ -358,6 +364,9 @@ class Zygote:
                 for r in ready:
                     if r is self.listener:
                         self._accept()
+                        # Not now: a node just forked has nothing below it yet, and this walk
+                        # would compete with its start (issue 21). The next one is due later.
+                        last_snapshot = time.monotonic()
                     elif r is not wake_r:
                         self._on_conn(r)
         finally:
@@ -478,6 +487,11 @@ class Zygote:
                 f"no node forked ahead was left (the pool keeps {keeps} forked ahead, and the "
                 "nodes before this one took them)"
             )
+        if self.ending:
+            return (
+                "no node forked ahead was ready yet (the pool forks the next one once the job "
+                "before has recorded its end)"
+            )
         return "no node forked ahead was ready yet (the pool was still forking it)"
 
     def _learn(self, header, nproc):
@@ -498,8 +512,16 @@ class Zygote:
         while nodes run, for REFILL_SECONDS after the last launch."""
         if self.cuda_why or len(self.spares) >= self.want_nodes or self.stopping:
             return
-        if self.children and time.monotonic() - self.last_launch < REFILL_SECONDS:
+        now = time.monotonic()
+        if self.children and now - self.last_launch < REFILL_SECONDS:
             return
+        for conn, since in list(self.ending.items()):
+            if now - since >= REFILL_SECONDS:  # a launcher that holds on: stop waiting for it
+                self.ending.pop(conn)
+                self.conns.pop(conn, None)
+                conn.close()
+        if not self.children and self.ending:
+            return  # a job is ending: its supervisor is writing the end, its kernel reading it
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ranks = self.want_ranks
         parent = os.getpid()
@@ -556,6 +578,7 @@ class Zygote:
             if pid is not None:
                 self._kill_node(pid)
             self.conns.pop(conn, None)
+            self.ending.pop(conn, None)
             conn.close()
             return
         for line in data.decode("utf-8", "replace").splitlines():
@@ -590,8 +613,9 @@ class Zygote:
             self.tags.pop(pid, None)
             if conn is not None:
                 _send(conn, {"exit": code})
-                self.conns.pop(conn, None)
-                conn.close()
+                # Kept until the launcher closes it (it has recorded the end): see _refill.
+                self.conns[conn] = None
+                self.ending[conn] = time.monotonic()
 
     def _sweep_orphans(self):
         """Stop every child of the pool that is not a node, with what is below it. Each node is
