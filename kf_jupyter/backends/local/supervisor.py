@@ -666,6 +666,9 @@ class Supervisor:
         # path from the last exit to `wait_for_job_status` returning; issue 21).
         self.exit_changes: list[Callable[[dict[str, Any]], None]] = []
         self.pending_events: list[tuple[str, str, str, str]] = []
+        # The supervisor's own fields (pid, identity, control_ready) while they wait for the
+        # first status write, when that is the start of the job's processes (`_run`).
+        self.own_fields: dict[str, Any] | None = None
         self.broken = False  # the job folder is gone or unwritable: record nothing more
         self.status_endpoint: Any = None
         self.suspended = False
@@ -684,6 +687,8 @@ class Supervisor:
     # ------------------------------------------------------------ writes that survive ENOSPC
 
     def _update(self, change: Callable[[dict[str, Any]], None]) -> None:
+        if self.own_fields is not None:
+            change = self._with_own_fields(change)
         if self.disk_error is None and not self.broken:
             try:
                 update_status(self.job_dir, change)
@@ -693,6 +698,19 @@ class Supervisor:
                     raise
                 self.disk_error = str(exc)
         self.pending_changes.append(change)
+
+    def _with_own_fields(self, change: Callable[[dict[str, Any]], None]) -> Any:
+        """`change` with the supervisor's own fields written in the same write; from then on
+        control.json is read again (`control_wake`): a suspend asked before `control_ready`
+        was visible was not signalled, and is seen now."""
+        own, self.own_fields = self.own_fields or {}, None
+        self.control_wake = True
+
+        def with_own(st: dict[str, Any]) -> None:
+            st.update(own)
+            change(st)
+
+        return with_own
 
     def _event(self, type_: str, reason: str, message: str, obj: str = "") -> None:
         if self.disk_error is None and not self.broken:
@@ -715,6 +733,8 @@ class Supervisor:
         with contextlib.suppress(OSError):
             os.unlink(self.reserve)
         pending = self.pending_changes + self.exit_changes
+        if self.own_fields is not None:
+            pending.insert(0, self._with_own_fields(lambda st: None))
         self.pending_changes, self.exit_changes = [], []
         events, self.pending_events = self.pending_events, []
         for e in events:
@@ -1136,12 +1156,19 @@ class Supervisor:
                 os.unlink(self.reserve)
 
     def _run(self, wake_r: int) -> int:
-        ident = process_identity(os.getpid())
-        self._update(
-            lambda st: st.update(
-                supervisor_pid=os.getpid(), supervisor_create_time=ident, control_ready=True
-            )
-        )
+        own = {
+            "supervisor_pid": os.getpid(),
+            "supervisor_create_time": process_identity(os.getpid()),
+            "control_ready": True,
+        }
+        if self.spec.get("prepare") or self.gpus is not None:
+            self._update(lambda st: st.update(own))  # it may wait long before it starts anything
+        else:
+            # Written with the first record of the processes' start (`_update`): one status
+            # write fewer before the launch (issue 21). Until then a reader sees what the
+            # kernel wrote (Created, the supervisor's pid); a suspend asked meanwhile is read
+            # from control.json right before the start and again after that write.
+            self.own_fields = own
         if not self._prepare():
             return 1
         self._start_status_endpoint()
