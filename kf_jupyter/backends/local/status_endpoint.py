@@ -399,9 +399,9 @@ class StatusEndpoint:
 
     def start(self) -> None:
         """Serve from now on (once). `StatusEndpoint(..., start=False)` then `start()`: the
-        supervisor starts the job's processes between the two, so the thread's event loop and
-        TLS set-up do not take the GIL in turns with every system call of that start (issue
-        21); a request that comes first waits in the socket's backlog."""
+        supervisor starts it when the first client connects (its listening socket readable), so
+        the thread's event loop and TLS set-up are not on the path of a job that never calls it
+        (issue 21); a request that comes first waits in the socket's backlog."""
         if not self.started:
             self.started = True
             self.thread.start()

@@ -1067,6 +1067,24 @@ class Supervisor:
         except Exception as exc:
             self._event("Warning", "StatusEndpoint", f"no trainer status endpoint: {exc}")
 
+    def _endpoint_unstarted(self) -> list[Any]:
+        """The status endpoint's listening socket while its thread has not started."""
+        ep = self.status_endpoint
+        return [ep.sock] if ep is not None and not ep.started else []
+
+    def _serve_when_asked(self, ready: list[Any]) -> None:
+        """Start the status endpoint's thread once a client connects (its socket is readable).
+
+        Its event loop and TLS set-up cost 3-4 ms of CPU (and take the GIL in turns with this
+        thread): started with the job, that ran beside the ranks starting on the same cores,
+        on the path of every job, most of which never call it (issue 21). The socket listens
+        from the start, so a client that comes first waits in its backlog until the thread
+        accepts it, as before.
+        """
+        ep = self.status_endpoint
+        if ep is not None and not ep.started and ep.sock in ready:
+            ep.start()
+
     def _stop_all(self) -> None:
         groups = [p.pid for p in self.procs.values()]
         known: list[tuple[int, float | None]] = [
@@ -1190,10 +1208,6 @@ class Supervisor:
             else:
                 self._finish(FAILED, REASON_FAILED, f"The job's processes could not start: {exc}")
             return 1
-        if self.status_endpoint is not None:
-            # Its thread starts once the processes have: its event loop and TLS set-up would
-            # take the GIL in turns with every system call of their start (issue 21).
-            self.status_endpoint.start()
         started = time.time()
         if self.cancel_signal is None and not self.suspended:
 
@@ -1236,7 +1250,11 @@ class Supervisor:
                 if not os.path.exists(os.path.join(self.job_dir, "status.json")):
                     self.broken = True
                     return 1
-                select.select([wake_r], [], [], SNAPSHOT_SECONDS)
+                self._serve_when_asked(
+                    select.select([wake_r, *self._endpoint_unstarted()], [], [], SNAPSHOT_SECONDS)[
+                        0
+                    ]
+                )
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 512)
                 continue
@@ -1279,7 +1297,8 @@ class Supervisor:
                     self._stop_all()
                     return 1
                 self._take_snapshot()
-            select.select([wake_r, *self._direct_fds()], [], [], POLL_SECONDS)
+            waits = [wake_r, *self._direct_fds(), *self._endpoint_unstarted()]
+            self._serve_when_asked(select.select(waits, [], [], POLL_SECONDS)[0])
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
 
