@@ -172,6 +172,50 @@ def test_a_job_runs_on_processes_forked_ahead_each_used_once_then_replaced(clien
     assert _gone(used2)
 
 
+def wait_for_gate(gate: str) -> int:
+    import os
+    import time
+
+    while not os.path.exists(gate):
+        time.sleep(0.02)
+    return 7
+
+
+def test_the_pool_forks_its_next_spare_only_once_the_job_end_is_recorded(client, tmp_path):
+    """The refill (a node and its ranks forked) never runs beside a job's end: the pool waits
+    until the job's supervisor has written the end and let go of the pool's connection. Failed
+    before: the pool forked the next spare the moment the node exited, while the supervisor
+    (held here with SIGSTOP) had not even read that exit."""
+    pool = _wait_ready(client, "torch", timeout=300)
+    _spare(pool, ranks=1)
+    gate = tmp_path / "gate"
+    name = client.train(
+        TorchTrainer(func=wait_for_gate, func_args={"gate": str(gate)}, num_proc_per_node=1)
+    )
+    client.wait_for_job_status(name, {"Running"}, timeout=180)
+    node = _node_pid(client, name)
+    assert not (warm_pool._read_meta(pool.meta) or {}).get("spares")  # the job took it
+    st = json.loads((client.backend.job_dir(name) / "status.json").read_text())
+    supervisor = psutil.Process(int(st["supervisor_pid"]))
+    supervisor.suspend()
+    try:
+        gate.write_text("go")
+        assert _gone([node], timeout=60), "the node did not end"
+        # The node has ended and the pool has sent its exit; its supervisor has not read it.
+        end = time.monotonic() + 0.8
+        while time.monotonic() < end:
+            assert not (warm_pool._read_meta(pool.meta) or {}).get("spares"), (
+                "the pool forked its next spare before the job's end was recorded"
+            )
+            time.sleep(0.02)
+        assert client.get_job(name).status == "Running"
+    finally:
+        supervisor.resume()
+    job = client.wait_for_job_status(name, timeout=120)
+    assert job.status == "Complete" and client.get_job_result(name) == 7
+    _spare(pool, ranks=1, timeout=60)  # and then it does, as the supervisor lets go
+
+
 def test_a_node_that_finds_none_ready_still_starts_warm_and_says_why(client):
     """The pool keeps one node ahead; a 2-node job's second node forks at its launch, warm,
     and its event says why (failed before: no such reason existed)."""
