@@ -1250,11 +1250,9 @@ class Supervisor:
                 if not os.path.exists(os.path.join(self.job_dir, "status.json")):
                     self.broken = True
                     return 1
-                self._serve_when_asked(
-                    select.select([wake_r, *self._endpoint_unstarted()], [], [], SNAPSHOT_SECONDS)[
-                        0
-                    ]
-                )
+                waits = [wake_r, *self._endpoint_unstarted()]
+                ready, _, _ = select.select(waits, [], [], SNAPSHOT_SECONDS)
+                self._serve_when_asked(ready)
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 512)
                 continue
@@ -1298,7 +1296,8 @@ class Supervisor:
                     return 1
                 self._take_snapshot()
             waits = [wake_r, *self._direct_fds(), *self._endpoint_unstarted()]
-            self._serve_when_asked(select.select(waits, [], [], POLL_SECONDS)[0])
+            ready, _, _ = select.select(waits, [], [], POLL_SECONDS)
+            self._serve_when_asked(ready)
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
 
