@@ -324,7 +324,9 @@ def test_the_monitor_state_takes_progress_eta_and_metric_points_from_trainer_sta
 
     state = LogState()
     state.apply_trainer_status(_status(20, 80, 1, loss="2.0", current_step="2", total_steps="10"))
-    state.apply_trainer_status(_status(20, 80, 1, loss="2.0", current_step="2"))  # same: no point
+    state.apply_trainer_status(
+        _status(20, 80, 1, loss="2.0", current_step="2", total_steps="10")
+    )  # the same status again: no point
     state.apply_trainer_status(_status(40, 60, 6, loss="1.5", current_step="4", note="warm-up"))
     assert state.progress == 0.4 and state.eta_seconds == 60
     assert state.metrics == {"loss": [(2.0, 2.0), (4.0, 1.5)]}  # numbers only, over steps
@@ -338,6 +340,19 @@ def test_the_monitor_state_takes_progress_eta_and_metric_points_from_trainer_sta
     state.apply_trainer_status(_status(45, 50, 11, loss="1.2", current_step="5"))
     assert state.progress == 0.45 and state.eta_seconds == 50
     assert state.metrics["loss"][-1] == (5.0, 1.0)
+
+
+def test_a_last_status_in_the_same_second_as_the_one_before_is_taken() -> None:
+    """`lastUpdatedTime` keeps whole seconds: a short job's first report and its last one (sent
+    at exit) share it. The monitor had read the first; it must take the last (CI saw 3% left on
+    a finished job's bar while its chart reached step 29)."""
+    from kf_jupyter.widgets.state import LogState
+
+    state = LogState()
+    state.apply_trainer_status(_status(3, None, 7, loss="0.66", step="0"))
+    state.apply_trainer_status(_status(100, 0, 7, loss="0.20", step="29"))
+    assert state.progress == 1.0 and state.eta_seconds == 0
+    assert state.metrics["loss"] == [(0.0, 0.66), (29.0, 0.2)]
 
 
 def test_a_job_without_a_recorded_progress_takes_the_log_markers() -> None:

@@ -138,7 +138,7 @@ class LogState:
         self._marker_metrics: set[str] = set()
         self._marker_progress = False
         self._record_progress = False  # the job's record (trainerStatus) gave a progress
-        self._trainer_status_time: Any = None
+        self._trainer_status: Any = None  # the last status taken (a new one differs from it)
         self.result_line: str | None = None
         self.last_error_source: str | None = None
         self.log_dirty = False
@@ -289,11 +289,13 @@ class LogState:
         the sidebar, the job panel and `%kf_jobs` read too, so every view shows the same number
         (issue 22); log markers give progress only to a job without a recorded one. Metric
         points come from it only where no log marker gave them (markers are sent for every
-        report, the status at most once per 5 s), one point per new `last_updated_time`.
+        report, the status at most once per 5 s), one point per new status. A status is new
+        when anything in it differs, not only its time: `lastUpdatedTime` keeps whole seconds,
+        so a job's last report (sent at its exit) often carries the same time as the one before.
         """
-        if status is None or status.last_updated_time == self._trainer_status_time:
+        if status is None or status == self._trainer_status:
             return
-        self._trainer_status_time = status.last_updated_time
+        self._trainer_status = status
         from ..progress import numeric_metrics
 
         if status.progress_percentage is not None:

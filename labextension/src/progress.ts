@@ -81,7 +81,9 @@ const NOT_CURVES = ['total_steps'];
 
 /**
  * Feeds a job's successive trainer statuses into its MetricSeries: one point
- * per new `last_updated_time`, at the reported step (else the sample number),
+ * per new status (anything in it differs: `last_updated_time` keeps whole
+ * seconds, so a job's last report, sent at its exit, often shares the time of
+ * the one before), at the reported step (else the sample number),
  * for the metrics the log's report lines do not already carry (those are not
  * throttled, so they win); progress likewise only when no report line gave it.
  */
@@ -90,10 +92,14 @@ export class TrainerStatusFeed {
 
   /** Take one status; true when the series changed. */
   add(ts: ITrainerStatus | null | undefined): boolean {
-    if (!ts || !ts.last_updated_time || ts.last_updated_time === this._last) {
+    if (!ts || !ts.last_updated_time) {
       return false;
     }
-    this._last = ts.last_updated_time;
+    const key = JSON.stringify(ts);
+    if (key === this._last) {
+      return false;
+    }
+    this._last = key;
     this._samples += 1;
     const metrics = numericMetrics(ts);
     let step = this._samples;

@@ -24,11 +24,22 @@ describe('TrainerStatusFeed', () => {
     const series = new MetricSeries();
     const feed = new TrainerStatusFeed(series);
     expect(feed.add({ progress_percentage: 20, metrics: { loss: '2', current_step: '2', total_steps: '10' }, last_updated_time: at(1) })).toBe(true);
-    expect(feed.add({ progress_percentage: 20, metrics: { loss: '2', current_step: '2' }, last_updated_time: at(1) })).toBe(false);
+    expect(feed.add({ progress_percentage: 20, metrics: { loss: '2', current_step: '2', total_steps: '10' }, last_updated_time: at(1) })).toBe(false);
     feed.add({ progress_percentage: 40, metrics: { loss: '1.5', current_step: '4' }, last_updated_time: at(6) });
     expect(series.names()).toEqual(['loss']);
     expect(series.points('loss')).toEqual([{ step: 2, value: 2 }, { step: 4, value: 1.5 }]);
     expect(series.progress).toBe(0.4);
+  });
+
+  it('takes a last status that shares its whole second with the one before', () => {
+    // lastUpdatedTime keeps whole seconds: a short job's first report and its last (sent at
+    // exit) share it; the feed must not keep the first as the job's final state.
+    const series = new MetricSeries();
+    const feed = new TrainerStatusFeed(series);
+    feed.add({ progress_percentage: 3, metrics: { loss: '0.66', step: '0' }, last_updated_time: at(7) });
+    expect(feed.add({ progress_percentage: 100, metrics: { loss: '0.2', step: '29' }, last_updated_time: at(7) })).toBe(true);
+    expect(series.progress).toBe(1);
+    expect(series.points('loss')).toEqual([{ step: 0, value: 0.66 }, { step: 29, value: 0.2 }]);
   });
 
   it('leaves to the log report lines what they carry', () => {
