@@ -68,6 +68,7 @@ from .logs import iter_records
 from .ports import free_port
 from .runtimes import canonical_name, check_emulable, find_runtime, local_runtimes
 from .status_endpoint import STATUS_FILE
+from .waker import JobWaker
 from .warm import launch as warm_launch
 from .warm import pool as warm_pool
 
@@ -109,63 +110,6 @@ def make_store_private(state_dir: Path) -> None:
                     os.chmod(path, stat.S_IMODE(mode) & ~0o077)
     with contextlib.suppress(OSError):
         os.close(sv.private_open(str(mark)))
-
-
-class _SupervisorExit:
-    """A sleep between two status reads that ends as soon as the job's supervisor exits.
-
-    The supervisor writes the job's end and exits at once, so waiting on its exit (a pidfd,
-    Linux 5.3+) has `wait_for_job_status` read the end within a millisecond or two instead of
-    up to a poll interval later (issue 21), and costs no CPU meanwhile. Without a pidfd, or
-    once the supervisor has exited, it is a plain sleep."""
-
-    def __init__(self, job_dir: Path) -> None:
-        self.fd: int | None = None
-        self.job_dir = job_dir
-        self.tried = False
-
-    def _open(self) -> None:
-        self.tried = True
-        opener = getattr(os, "pidfd_open", None)
-        if opener is None:
-            return
-        try:
-            st = sv.read_json(str(self.job_dir / "status.json"))
-            pid = int(st.get("supervisor_pid") or 0)
-            if not pid:
-                self.tried = False  # not recorded yet: try again at the next sleep
-                return
-            fd = opener(pid)
-        except (OSError, ValueError, TypeError):
-            return
-        # Opened after the pid was read: the same process only if its start time matches.
-        if sv.same_process(pid, st.get("supervisor_create_time")):
-            self.fd = fd
-        else:
-            os.close(fd)
-
-    def sleep(self, seconds: float) -> None:
-        """Sleep `seconds`, or less if the supervisor exits meanwhile."""
-        if not self.tried:
-            self._open()
-        if self.fd is None:
-            time.sleep(seconds)
-            return
-        import select
-
-        try:
-            ready, _, _ = select.select([self.fd], [], [], seconds)
-        except (OSError, ValueError):
-            ready = [self.fd]
-        if ready:
-            self.close()  # it has exited: from now on, plain sleeps
-
-    def close(self) -> None:
-        """Release the pidfd."""
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = None
 
 
 def _reap_in_background(proc: subprocess.Popen[bytes]) -> None:
@@ -1044,7 +988,7 @@ class LocalBackend:
                 "Complete, Failed."
             )
         end = time.monotonic() + timeout
-        waker = _SupervisorExit(self.job_dir(name))
+        waker = JobWaker(self.job_dir(name))
         try:
             return self._wait(name, wanted, end, timeout, callbacks, waker)
         finally:
@@ -1057,7 +1001,7 @@ class LocalBackend:
         end: float,
         timeout: float,
         callbacks: list[StatusCallback] | None,
-        waker: _SupervisorExit,
+        waker: JobWaker,
     ) -> TrainJob:
         last_status = None
         while True:
