@@ -1130,6 +1130,11 @@ def _kfj_exit(code):
         mpi.Finalize()
     sys.stdout.flush()
     sys.stderr.flush()
+    # A warm rank tells its node it ends (the warm pool's agent: the node need not wait for
+    # this process's memory to be torn down); elsewhere there is no such module.
+    notice = getattr(sys.modules.get("kfj_warm_agent"), "exit_notice", None)
+    if notice is not None:
+        notice(code)
     os._exit(code)
 
 
