@@ -147,20 +147,29 @@ def finish_status(
     changes: list[Callable[[dict[str, Any]], None]] | None = None,
 ) -> bool:
     """Set a terminal status unless one is already set; True if this call set it. `changes` are
-    applied first, in the same write (whether or not the status was already terminal)."""
+    applied first, in the same write (whether or not the status was already terminal).
+
+    The end's event is appended before the status is written (under the job's lock, once it is
+    known that this call ends the job): a waiter wakes on the status write itself (waker.py)
+    and must find the job's events complete when it reads the end."""
     done = [False]
+    failed: list[OSError] = []
 
     def change(st: dict[str, Any]) -> None:
         for c in changes or ():
             c(st)
         if st.get("status") in TERMINAL:
             return
+        try:
+            append_event(job_dir, "Normal" if status == COMPLETE else "Warning", reason, message)
+        except OSError as exc:  # the status is written all the same; the error is raised after
+            failed.append(exc)
         st.update(status=status, reason=reason, message=message, finished=time.time())
         done[0] = True
 
     update_status(job_dir, change)
-    if done[0]:
-        append_event(job_dir, "Normal" if status == COMPLETE else "Warning", reason, message)
+    if failed:
+        raise failed[0]
     return done[0]
 
 
@@ -910,10 +919,11 @@ class Supervisor:
             "resuming starts them again ----",
         )
         message = "The job is suspended: its processes were stopped; resume it to start them again."
+        # The event first: a waiter wakes on the status write and reads the events after it.
+        self._event("Normal", REASON_SUSPENDED, message)
         self._update(
             lambda st: st.update(status=SUSPENDED, reason=REASON_SUSPENDED, message=message)
         )
-        self._event("Normal", REASON_SUSPENDED, message)
 
     def _resume(self) -> None:
         if not self._wait_for_gpus():
@@ -932,12 +942,12 @@ class Supervisor:
         self.suspended = False
         self._start()
         message = f"The job was resumed (run {self.run_number}): its processes started again."
+        self._event("Normal", REASON_RESUMED, message)  # before the status (see _suspend)
         self._update(
             lambda st: st.update(
                 status=RUNNING, reason=REASON_RESUMED, message=message, runs=self.run_number
             )
         )
-        self._event("Normal", REASON_RESUMED, message)
 
     # ------------------------------------------------------------ GPUs
 
@@ -1215,8 +1225,8 @@ class Supervisor:
                 if st.get("status") not in TERMINAL:
                     st.update(status=RUNNING, started=started)
 
+            self._event("Normal", "Running", "all processes started")  # before (see _suspend)
             self._update(running)
-            self._event("Normal", "Running", "all processes started")
         deadline = self.spec.get("deadline_seconds")
         last_snap = 0.0
         if self.procs and all(hasattr(p, "close") for p in self.procs.values()):
