@@ -871,46 +871,43 @@ def _rank_ends(pids, notices):
     status (a pidfd per rank, so that orphans below the node are not reaped here). Without
     pidfds, `os.wait()` as torchrun's agent does."""
     opener = getattr(os, "pidfd_open", None)
-    watch = {}
+    pidfds = {}  # {rank pid: its pidfd}
     try:
         for pid in pids:
-            watch[opener(pid)] = pid
+            pidfds[pid] = opener(pid)
     except (OSError, TypeError):
-        for fd in watch:
+        for fd in pidfds.values():
             os.close(fd)
         _close_notices(notices)
         while pids:
             pid, status = os.wait()
             yield pid, _exit_code(status)
         return
-    told = {sock.fileno(): pid for pid, sock in notices.items()}
     try:
         while pids:
-            ready, _, _ = select.select([*watch, *told], [], [])
+            of = {fd: (pid, False) for pid, fd in pidfds.items()}
+            of.update({sock.fileno(): (pid, True) for pid, sock in notices.items()})
+            ready, _, _ = select.select(list(of), [], [])
             for fd in ready:
-                if fd in told:
-                    pid = told.pop(fd)
+                pid, notice = of[fd]
+                if notice and pid in notices:
                     sock = notices.pop(pid)
                     try:
                         said = sock.recv(16)
                     except OSError:
                         said = b""
                     sock.close()
-                    if said == b"0" and pid in pids:
-                        for pfd in [k for k, v in watch.items() if v == pid]:
-                            del watch[pfd]
-                            os.close(pfd)
+                    if said == b"0" and pid in pidfds:
+                        os.close(pidfds.pop(pid))
                         yield pid, 0
-                elif fd in watch:
-                    pid = watch.pop(fd)
-                    os.close(fd)
+                elif not notice and pid in pidfds:
+                    os.close(pidfds.pop(pid))
                     _, status = os.waitpid(pid, 0)
-                    for tfd in [k for k, v in told.items() if v == pid]:
-                        told.pop(tfd)
+                    with contextlib.suppress(KeyError, OSError):
                         notices.pop(pid).close()
                     yield pid, _exit_code(status)
     finally:
-        for fd in watch:
+        for fd in pidfds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
         _close_notices(notices)
