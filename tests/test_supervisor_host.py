@@ -122,6 +122,57 @@ def test_a_supervisor_forked_from_the_host_has_the_kernels_state_at_submit(
     assert _reasons(client, second) == _reasons(client, plain)
 
 
+def _forked_ahead(host: int) -> list[int]:
+    """The host's children that wait for a job (forked ahead): their pids."""
+    out = []
+    for p in psutil.Process(host).children():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and supervisor_host.AHEAD_TITLE in " ".join(
+                p.cmdline()
+            ):
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _supervisor_pid(client: TrainerClient, name: str) -> int:
+    st = json.loads((client.backend.jobs_dir / name / "status.json").read_text())
+    return int(st["supervisor_pid"])
+
+
+def test_the_next_supervisor_is_forked_ahead_and_still_takes_the_kernels_state_at_submit(
+    client, monkeypatch
+):
+    """Failed before: each job's supervisor was forked when the job came (issue 21). The one
+    forked ahead had the last job's environment set: it must still run with the kernel's
+    environment of its own submit (a value changed, a variable removed), and go with the host."""
+    host = _host_ready(client)
+    monkeypatch.setenv("KFJ_HOST_PROBE", "first")
+    first = client.train(_job(what_i_see), options=[Warm(False)])
+    client.wait_for_job_status(first, timeout=120)
+    assert client.get_job_result(first)["probe"] == "first"
+    seen = []
+    for value in ("second", None):
+        wait_until(lambda: len(_forked_ahead(host)) == 1, what="a supervisor forked ahead")
+        (waiting,) = _forked_ahead(host)
+        if value is None:
+            monkeypatch.delenv("KFJ_HOST_PROBE")
+        else:
+            monkeypatch.setenv("KFJ_HOST_PROBE", value)
+        name = client.train(_job(what_i_see), options=[Warm(False)])
+        assert _supervisor_pid(client, name) == waiting
+        job = client.wait_for_job_status(name, timeout=120)
+        assert job.status == "Complete"
+        seen.append(client.get_job_result(name)["probe"])
+        assert _reasons(client, name) == _reasons(client, first)
+    assert seen == ["second", None]
+    wait_until(lambda: len(_forked_ahead(host)) == 1, what="a supervisor forked ahead")
+    (waiting,) = _forked_ahead(host)
+    assert supervisor_host.stop(client.backend.state_dir) == 1
+    assert not psutil.pid_exists(waiting), "the supervisor forked ahead outlived its host"
+
+
 def test_a_job_outlives_its_host_and_still_cancels_and_leaves_nothing(client, tmp_path):
     _host_ready(client)
     gate = tmp_path / "gate"

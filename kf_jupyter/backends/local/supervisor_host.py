@@ -42,6 +42,14 @@ from typing import Any
 
 REQUEST_MAX = 16 * 1024 * 1024
 OWNER_CHECK_SECONDS = 1.0
+#: While a supervisor this host forked still runs, how long after its job came the host waits
+#: before it forks the next one ahead.
+AHEAD_SECONDS = 1.0
+#: When none runs, how long after the last one ended (a kernel re-running a job starts the
+#: next one right away; the fork would run beside its start).
+AHEAD_IDLE_SECONDS = 0.02
+#: What a supervisor forked ahead shows as its last argument until its job comes (`ps`).
+AHEAD_TITLE = "(forked ahead; waiting for a job)"
 SUFFIX = ".host"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CODE = ("supervisor.py", "status_endpoint.py", "gpus.py", "supervisor_host.py")
@@ -119,6 +127,20 @@ def set_cmdline(argv: list[str]) -> bool:
     return True
 
 
+def set_environ(env: dict[str, Any]) -> None:
+    """Make `os.environ` exactly `env` (its keys in its order): only the values that differ
+    are set when the keys are already the same, in the same order (a supervisor forked ahead
+    set the last job's environment, most often the next one's too)."""
+    want = {str(k): str(v) for k, v in env.items()}
+    if list(os.environ) != list(want):
+        os.environ.clear()
+        os.environ.update(want)
+        return
+    for key, value in want.items():
+        if os.environ[key] != value:
+            os.environ[key] = value
+
+
 def rlimits() -> dict[str, list[int]]:
     """This process's resource limits, by name."""
     import resource
@@ -156,6 +178,11 @@ class Host:
         self.spare: str | None = None  # a folder holding a ready certificate
         self.spare_n = 0
         self.stopping = False
+        # A supervisor forked ahead of the next job, waiting for it on a socket: (pid, socket).
+        self.ahead: tuple[int, socket.socket] | None = None
+        self.last_req: dict[str, Any] | None = None  # the last job's request, rehearsed ahead
+        self.last_accept = 0.0
+        self.last_exit = 0.0  # when the last supervisor of a job ended
 
     # ------------------------------------------------------------ certificates made ahead
 
@@ -260,6 +287,7 @@ class Host:
             self._reap()
             self._check_spare()
             self._next_spare()
+            self._fork_ahead()
             now = time.monotonic()
             if now - last_check >= OWNER_CHECK_SECONDS:
                 last_check = now
@@ -267,7 +295,8 @@ class Host:
                     break
                 if not os.path.exists(self.record):
                     break  # stopped (`stop`), or its folder removed
-            ready, _, _ = select.select([self.listener, wake_r], [], [], 0.5)
+            wait = min(0.5, max(0.0, self._ahead_due()))
+            ready, _, _ = select.select([self.listener, wake_r], [], [], wait)
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
             if self.listener in ready:
@@ -283,6 +312,107 @@ class Host:
                 if not done:
                     continue
             self.children.discard(pid)
+            if self.ahead is not None and self.ahead[0] == pid:  # it died before its job
+                self.ahead[1].close()
+                self.ahead = None
+            else:
+                self.last_exit = time.monotonic()
+
+    # ------------------------------------------------------------ a supervisor forked ahead
+
+    def _fork_ahead(self) -> None:
+        """Fork the next job's supervisor before the job comes (issue 21): the fork of this
+        process, the new session and the kernel's environment are then off the job's path.
+
+        Not while a supervisor this host forked is starting its job (AHEAD_SECONDS after the
+        last job came, while it still runs): on a small machine the fork would run beside it.
+        """
+        if self._ahead_due() > 0:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                ours.close()
+                code = self._wait_ahead(theirs)
+            except BaseException:
+                import traceback
+
+                with contextlib.suppress(Exception):
+                    traceback.print_exc()
+            finally:
+                os._exit(code if isinstance(code, int) else 1)
+        theirs.close()
+        self.children.add(pid)
+        self.ahead = (pid, ours)
+
+    def _ahead_due(self) -> float:
+        """Seconds until the next supervisor may be forked ahead (inf: not now)."""
+        if self.ahead is not None or self.stopping:
+            return float("inf")
+        now = time.monotonic()
+        if self.children:
+            return self.last_accept + AHEAD_SECONDS - now
+        # None runs: the kernel of the job that just ended may start the next one at once
+        # (a re-run); a fork beside that start would slow it down.
+        return self.last_exit + AHEAD_IDLE_SECONDS - now
+
+    def _wait_ahead(self, sock: socket.socket) -> int:
+        """In the child forked ahead: leave the host, set the environment the last job had,
+        wait for a job (`{"req", "spare"}`), then become its supervisor as `_child` does. The
+        host closing the socket (it ends) ends this process, before any job."""
+        self._detach()
+        set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"), AHEAD_TITLE])
+        if self.last_req is not None:
+            set_environ(self.last_req.get("env") or {})  # the next job's is most likely the same
+        try:
+            msg = _recv_json(sock)
+        except (OSError, ValueError):
+            return 0  # let go of: nothing ran
+        req, spare = msg["req"], msg.get("spare")
+        set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"), req["job_dir"]])
+        sock.sendall(b"n")  # named: the host answers the kernel now
+        sock.close()
+        return self._become(req, spare)
+
+    def _hand_ahead(self, req: dict[str, Any], spare: str | None) -> int | None:
+        """Give a job to the supervisor forked ahead: its pid once it reads as the job's
+        supervisor, or None (none ready, or it did not answer: it is stopped, and the caller
+        forks one now)."""
+        if self.ahead is None:
+            return None
+        pid, sock = self.ahead
+        self.ahead = None
+        ok = False
+        try:
+            sock.settimeout(5.0)
+            data = json.dumps({"req": req, "spare": spare}).encode("utf-8", "surrogatepass")
+            sock.sendall(struct.pack("!I", len(data)) + data)
+            ok = sock.recv(1) == b"n"
+        except OSError:
+            ok = False
+        finally:
+            sock.close()
+        if not ok:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            return None
+        return pid
+
+    def _stop_ahead(self) -> None:
+        if self.ahead is None:
+            return
+        pid, sock = self.ahead
+        self.ahead = None
+        sock.close()
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        self.children.discard(pid)
 
     def _accept(self) -> None:
         try:
@@ -311,36 +441,47 @@ class Host:
                 _send_json(conn, {"error": why})
                 return
             spare, self.spare = self.spare, None
-            sys.stdout.flush()
-            sys.stderr.flush()
-            ready_r, ready_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    conn.close()
-                    os.close(ready_r)
-                    # First: it reads as the supervisor of its job before train() returns.
-                    set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"),
-                                 req["job_dir"]])  # fmt: skip
-                    os.close(ready_w)
-                    code = self._child(req, spare)
-                except BaseException:
-                    import traceback
-
-                    with contextlib.suppress(Exception):
-                        traceback.print_exc()
-                finally:
-                    os._exit(code if isinstance(code, int) else 1)
-            os.close(ready_w)
-            with contextlib.suppress(OSError):
-                select.select([ready_r], [], [], 5.0)  # closed by the child once it is named
-            os.close(ready_r)
+            self.last_accept = time.monotonic()
+            pid = self._hand_ahead(req, spare)
+            ahead = pid is not None
+            if pid is None:
+                pid = self._fork_now(conn, req, spare)
+            self.last_req = req
             self.children.add(pid)
             self.served += 1
-            _send_json(conn, {"pid": pid, "served": self.served})
+            _send_json(conn, {"pid": pid, "served": self.served, "ahead": ahead})
         with contextlib.suppress(OSError):
             self._write_record("ready")
+
+    def _fork_now(self, conn: socket.socket, req: dict[str, Any], spare: str | None) -> int:
+        """Fork the job's supervisor now (none was forked ahead): its pid, once it reads as
+        the job's supervisor."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                conn.close()
+                os.close(ready_r)
+                # First: it reads as the supervisor of its job before train() returns.
+                set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"),
+                             req["job_dir"]])  # fmt: skip
+                os.close(ready_w)
+                code = self._child(req, spare)
+            except BaseException:
+                import traceback
+
+                with contextlib.suppress(Exception):
+                    traceback.print_exc()
+            finally:
+                os._exit(code if isinstance(code, int) else 1)
+        os.close(ready_w)
+        with contextlib.suppress(OSError):
+            select.select([ready_r], [], [], 5.0)  # closed by the child once it is named
+        os.close(ready_r)
+        return pid
 
     @staticmethod
     def _refuse(req: Any) -> str:
@@ -356,8 +497,12 @@ class Host:
     def _child(self, req: dict[str, Any], spare: str | None) -> int:
         """The forked child: become the job's supervisor (as `python -I supervisor.py JOB_DIR`
         started by the kernel would be) and run it."""
-        import resource
+        self._detach()
+        return self._become(req, spare)
 
+    def _detach(self) -> None:
+        """In a forked child: let go of the host's socket and wake-up pipe, the default
+        signal handlers, a session of its own."""
         signal.set_wakeup_fd(-1)
         for fd in self.wake:
             with contextlib.suppress(OSError):
@@ -367,6 +512,12 @@ class Host:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setsid()
+
+    def _become(self, req: dict[str, Any], spare: str | None) -> int:
+        """In a detached child: the job's output, limits, CPUs, folder, environment and umask,
+        then `supervisor.main` on the job folder."""
+        import resource
+
         job_dir = req["job_dir"]
         null = os.open(os.devnull, os.O_RDONLY)
         log = os.open(
@@ -389,8 +540,7 @@ class Host:
                 os.sched_setaffinity(0, affinity)
         with contextlib.suppress(OSError):
             os.chdir(req["cwd"])
-        os.environ.clear()
-        os.environ.update({str(k): str(v) for k, v in req["env"].items()})
+        set_environ(req["env"])
         os.umask(int(req.get("umask", 0o022)))
         if spare is not None:
             self.sv_endpoint.SPARE_CERTIFICATE = spare
@@ -398,7 +548,9 @@ class Host:
         return int(self.sv.main(sys.argv))
 
     def shutdown(self) -> None:
-        """Remove the socket and record, and the certificates made ahead (no supervisor stops)."""
+        """Remove the socket and record, the certificates and the supervisor made ahead (no
+        supervisor of a job stops)."""
+        self._stop_ahead()
         for path in (self.sock_path, self.record):
             with contextlib.suppress(OSError):
                 os.unlink(path)
