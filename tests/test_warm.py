@@ -228,6 +228,37 @@ def test_warm_cancel_and_deadline_leave_nothing(client):
     assert_no_orphans(name)
 
 
+def leaves_daemons():
+    """Succeed, leaving a child in a session of its own and a double-forked one behind."""
+    import os
+    import subprocess
+
+    subprocess.Popen(["sleep", "300"], start_new_session=True)
+    if os.fork() == 0:
+        if os.fork() == 0:
+            os.setsid()
+            import time
+
+            time.sleep(300)
+        os._exit(0)
+    os.wait()
+    return os.getpid()
+
+
+def test_a_warm_job_that_succeeds_leaving_daemons_reads_complete_and_leaves_nothing(client):
+    """A node forked ahead says its end to the pool before its memory is torn down (issue 21):
+    what its ranks left behind is still stopped, and the job's result and status are right."""
+    _wait_ready(client, "torch")
+    for _ in range(2):  # the second runs on what the pool forked ahead after the first
+        name = client.train(TorchTrainer(func=leaves_daemons, num_nodes=1, num_proc_per_node=2))
+        job = client.wait_for_job_status(name, timeout=120)
+        assert (job.status, job.warm) == ("Complete", True)
+        assert isinstance(client.get_job_result(name), int)
+        assert_no_orphans(name, timeout=10)
+    starts = [e.message for e in client.get_job_events(name) if e.reason == "WarmStart"]
+    assert starts and "forked ahead of the job" in starts[0], starts
+
+
 def test_max_restarts_steps_aside_and_says_why(client):
     _wait_ready(client, "torch")
     name = client.train(

@@ -124,6 +124,18 @@ def test_a_rank_says_only_a_success_and_only_without_cuda(agent: Any, monkeypatc
     assert _said(agent, 0) == b""
 
 
+def test_a_process_holding_a_gpu_device_file_says_nothing(agent: Any, monkeypatch, tmp_path):
+    """JAX, XGBoost or CuPy on a GPU do not set torch's flag: an open device file is what tells
+    (a file of this test's folder stands for /dev/nvidia0, which this machine has none of)."""
+    monkeypatch.setattr(agent, "_GPU_DEVICES", (str(tmp_path / "nvidia"),))
+    device = tmp_path / "nvidia0"
+    device.write_bytes(b"")
+    assert _said(agent, 0) == b"0"
+    with open(device, "rb"):
+        assert _said(agent, 0) == b""
+    assert _said(agent, 0) == b"0"
+
+
 def test_a_rank_whose_program_closed_the_socket_says_nothing_on_what_took_its_number(
     agent: Any,
 ) -> None:

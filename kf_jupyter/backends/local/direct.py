@@ -156,6 +156,8 @@ class DirectNode:
         self.conn: socket.socket | None = conn
         self.pid = pid
         self.returncode: int | None = None
+        # True once the pool reported the exit: it has stopped what the node left (zygote.py).
+        self.stopped_by_pool = False
         self.log_fd = log_fd
         self.buf = buf
         conn.setblocking(False)
@@ -186,6 +188,7 @@ class DirectNode:
                 if isinstance(msg, dict) and "exit" in msg:
                     # The connection stays open until close(): the pool forks its next spare
                     # once the supervisor has recorded the job's end and let go (zygote.py).
+                    self.stopped_by_pool = True
                     self._end(int(msg["exit"]), let_go=False)
 
     def poll(self) -> int | None:

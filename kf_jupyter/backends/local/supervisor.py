@@ -1096,11 +1096,16 @@ class Supervisor:
             ep.start()
 
     def _stop_all(self) -> None:
-        groups = [p.pid for p in self.procs.values()]
+        # A node handed over directly whose exit the pool reported is the pool's: it stopped
+        # what that node left before it reported (and may report it as the node tears itself
+        # down, a few ms, which a wait here would only add to the job's end: issue 21).
+        ours = {n: p for n, p in self.procs.items() if not getattr(p, "stopped_by_pool", False)}
+        groups = [p.pid for p in ours.values()]
         known: list[tuple[int, float | None]] = [
-            (p.pid, None) for n, p in self.procs.items() if n not in self.exits
+            (p.pid, None) for n, p in ours.items() if n not in self.exits
         ]
-        known += [(pid, ct) for pid, ct in self.snapshot]
+        if ours:
+            known += [(pid, ct) for pid, ct in self.snapshot]
         # Everything below us, including orphans re-parented to us (torchrun/mpirun killed).
         known += [(pid, ct) for pid, ct in descendants([os.getpid()])]
         stop_tree(groups, known, reap=self._reap)

@@ -27,13 +27,17 @@ A rank's end reaches its node before the rank's memory is torn down (issue 21): 
 exit (`exit_notice`, called by kf_jupyter's entrypoint and by `_finish` right before
 `os._exit`) writes the exit code on the socket the rank got its launch on, and the node counts
 a rank that said 0 as ended at once instead of waiting ~3 ms for the kernel to unmap the forked
-torch process. A rank that initialised CUDA says nothing (its devices are free only once it is
-gone), nor does one killed or failing: the node then waits for its exit as before.
+torch process. A rank that initialised CUDA or holds a GPU's device file says nothing (its
+devices are free only once it is gone), nor does one killed or failing: the node then waits for
+its exit as before. A node forked ahead says its own end the same way to the pool, on the
+socket it got its launch on (the pool then reports the exit and stops what the node left
+without waiting for the node's teardown, and sweeps again once it has reaped it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -463,8 +467,30 @@ def spare_main(sock, ranks, parent):
     if header is None:
         _drop_spares(spares)
         return 0
-    sock.close()
-    return child_main(header, fds, spares)
+    _hold_notice(sock)  # the node says its own end on it, as a rank does (`exit_notice`)
+    code = child_main(header, fds, spares)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    exit_notice(code)
+    return code
+
+
+def _hold_notice(sock):
+    """`sock` is where this process says it ended with 0 (`exit_notice`)."""
+    global _NOTICE
+    with contextlib.suppress(OSError):
+        st = os.fstat(sock.fileno())
+        _NOTICE = (sock, (st.st_dev, st.st_ino))
+
+
+def _drop_notice():
+    """A process forked from one that holds a notice socket does not say its parent's end."""
+    global _NOTICE
+    held, _NOTICE = _NOTICE, None
+    if held is not None:
+        with contextlib.suppress(OSError):
+            held[0].close()
 
 
 def _rehearse(runner):
@@ -529,15 +555,12 @@ def rank_main(msg, fds, notice=None):
     """A rank of a warm node: take the launch the node gives it and run the script (never
     returns). The same steps whether it was forked ahead or at its node's start. `notice`: the
     socket its node reads its exit code from (`exit_notice`)."""
-    global _NOTICE
     _new_session()
     _reset_signals()
     _pdeathsig()
     _take(msg, fds)
     if notice is not None:
-        with contextlib.suppress(OSError):
-            st = os.fstat(notice.fileno())
-            _NOTICE = (notice, (st.st_dev, st.st_ino))
+        _hold_notice(notice)
     argv = list(msg["argv"])
     return run_script(argv, python=sys.executable)
 
@@ -597,12 +620,34 @@ def _finish(code):
     os._exit(code)
 
 
-def exit_notice(code):
-    """Tell this rank's node it ends with `code`, right before `os._exit` (see the module doc).
+#: Device files a process holds open while it uses a GPU (NVIDIA, AMD's KFD and DRM nodes).
+_GPU_DEVICES = ("/dev/nvidia", "/dev/kfd", "/dev/dri/")
 
-    Only a success is told, and only by a rank that holds no GPU (CUDA not initialised): the
-    node counts such a rank as ended, and its teardown (the forked pool's memory unmapped, a few
-    ms) runs beside the node's own end instead of before it. Never raises."""
+
+def _holds_gpu():
+    """Whether this process has initialised CUDA (torch's flag) or holds a GPU's device file
+    open (any framework: JAX, XGBoost, CuPy, ...); True when it cannot tell."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    if cuda is not None and cuda.is_initialized():
+        return True
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{fd}").startswith(_GPU_DEVICES):
+                    return True
+    except OSError:
+        return True
+    return False
+
+
+def exit_notice(code):
+    """Tell whoever waits for this process (a rank's node, a node's pool) that it ends with
+    `code`, right before `os._exit` (see the module doc).
+
+    Only a success is told, and only by a process that holds no GPU (`_holds_gpu`): the waiter
+    counts it as ended, and its teardown (the forked pool's memory unmapped, a few ms) runs
+    beside what comes next instead of before it. Never raises."""
     global _NOTICE
     held, _NOTICE = _NOTICE, None
     if held is None:
@@ -612,9 +657,7 @@ def exit_notice(code):
         st = os.fstat(sock.fileno())
         if (st.st_dev, st.st_ino) != identity:
             return  # the program closed it and the number now names something else
-        torch = sys.modules.get("torch")
-        cuda = getattr(torch, "cuda", None) if torch is not None else None
-        if code == 0 and not (cuda is not None and cuda.is_initialized()):
+        if code == 0 and not _holds_gpu():
             sock.send(b"0")
     except Exception:
         pass
@@ -773,7 +816,11 @@ def run_torchrun(args, header=None, spare_ranks=None):
 
     pids = {}
     notices = {}  # {rank pid: the node's end of the socket the rank tells its exit code on}
+    listener = None
     try:
+        if node_rank == 0:
+            # The store's port listens before any rank has its launch (`listen_early`).
+            listener = listen_early(port)
         log_root = env.get("PET_LOG_DIR") or tempfile.mkdtemp(prefix="torchelastic_")
         os.makedirs(log_root, exist_ok=True)
         run_dir = tempfile.mkdtemp(prefix=f"{run_id}_", dir=log_root)
@@ -821,6 +868,9 @@ def run_torchrun(args, header=None, spare_ranks=None):
                 if pid == 0:
                     try:
                         ours.close()
+                        if listener is not None:
+                            listener.close()  # the store's, not the rank's
+                        _drop_notice()  # the node's own, to the pool
                         _drop_spares(spare_ranks)
                         _drop_spares(list(notices.items()))
                         rank_main(launch, [0, 1, 2], notice=theirs)
@@ -830,7 +880,9 @@ def run_torchrun(args, header=None, spare_ranks=None):
                 notices[pid] = ours
             pids[pid] = (local_rank, rank)
         _drop_spares(spare_ranks)
-        # The agent store after the fork: no rank is forked from a process with the store's threads.
+        # The agent store after the fork: no rank is forked from a process with the store's
+        # threads. Node 0's serves on the socket already listening, which has held the ranks
+        # that came first in its backlog.
         store = TCPStore(
             addr,
             port,
@@ -838,6 +890,7 @@ def run_torchrun(args, header=None, spare_ranks=None):
             node_rank == 0,
             timedelta(seconds=EXIT_BARRIER_SECONDS),
             wait_for_workers=False,
+            **({"master_listen_fd": listener.fileno()} if listener is not None else {}),
         )
         failure = None
         for pid, code in _rank_ends(pids, notices):
@@ -863,6 +916,39 @@ def run_torchrun(args, header=None, spare_ranks=None):
         sys.stderr.write(f"torchrun (kf-jupyter warm start): {type(exc).__name__}: {exc}\n")
         sys.stderr.flush()
         return 1
+
+
+def listen_early(port):
+    """A socket listening on `port` on every address, as the agent store's server binds it
+    (IPv6 with IPv4 mapped where there is IPv6, else IPv4; SO_REUSEADDR), for the store to
+    serve on (`master_listen_fd`).
+
+    torchrun's agent starts its store before its workers. A warm node sends its ranks their
+    launch first (the store's threads must not be in a process that forks) and starts the store
+    next, so a rank forked ahead could reach `init_process_group` before anything listened: its
+    connection was refused and torch's client retried after a back-off, 0.5-0.75 s later (one
+    warm re-run in about 15, measured). A connection to this socket waits in its backlog until
+    the store serves instead."""
+    last = None
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:
+            last = exc
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((host, port))
+            sock.listen(socket.SOMAXCONN)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+            if exc.errno == errno.EADDRINUSE:
+                break
+    raise OSError(getattr(last, "errno", None), f"the store's port {port} cannot listen ({last})")
 
 
 def _rank_ends(pids, notices):

@@ -27,6 +27,11 @@ job's end; at most REFILL_SECONDS after that exit), so they do not compete with 
 either: its exit path, the supervisor's last writes and `wait_for_job_status` returning (issue
 21). They end with the server (killed at its exit; PDEATHSIG if it is killed) and are listed in
 META.
+
+A node forked ahead keeps the socket it got its launch on and says `0` on it right before its
+`os._exit` when it succeeded and holds no GPU (`agent.exit_notice`): the server then stops what
+the node left and reports `{"exit": 0}` at once, instead of after the kernel has torn down the
+node's memory (a fork of this process). It sweeps its orphans again when it reaps that node.
 """
 
 from __future__ import annotations
@@ -283,6 +288,8 @@ class Zygote:
         self.listener = None
         self.cuda_why = None
         self.spares = []  # [(pid, socket, ranks forked ahead)] of nodes forked ahead of a launch
+        self.notices = {}  # socket -> pid: a node handed a launch says its end on it
+        self.noticed = set()  # nodes whose end was reported from what they said, not reaped yet
         self.want_nodes = 1  # spares kept: the last job's nodes (capped)
         self.want_ranks = 1 if any(m.split(".")[0] == "torch" for m in preload) else 0
         self.last_launch = 0.0
@@ -359,11 +366,15 @@ class Zygote:
                         break
                     if not os.path.exists(self.meta_path):
                         break  # the pool was stopped (its folder or meta removed)
-                ready, _, _ = select.select([self.listener, wake_r, *self.conns], [], [], 0.5)
+                ready, _, _ = select.select(
+                    [self.listener, wake_r, *self.conns, *self.notices], [], [], 0.5
+                )
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 512)
                 for r in ready:
-                    if r is self.listener:
+                    if r in self.notices:
+                        self._on_notice(r)
+                    elif r is self.listener:
                         self._accept()
                         # Not now: a node just forked has nothing below it yet, and this walk
                         # would compete with its start (issue 21). The next one is due later.
@@ -464,22 +475,44 @@ class Zygote:
                 c.close()
         for _pid, sock, _ranks in self.spares:
             sock.close()
+        for sock in self.notices:
+            sock.close()
 
     def _hand_to_spare(self, header, fds):
         """Give the launch to a node forked ahead: (its pid, ranks it forked ahead), or
-        (None, 0) when none is ready (the caller forks one now)."""
+        (None, 0) when none is ready (the caller forks one now). Its socket stays open: the
+        node says on it that it ended with 0 (`agent.exit_notice`, `_on_notice`)."""
         while self.spares:
             pid, sock, ranks = self.spares.pop(0)
             try:
                 self.agent.send_msg(sock, header, fds)
             except OSError:
+                sock.close()
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
                 continue  # it died: the next one, or a fork
-            finally:
-                sock.close()
+            self.notices[sock] = pid
             return pid, ranks
         return None, 0
+
+    def _on_notice(self, sock):
+        """A node handed a launch said it ended with 0, right before its `os._exit`: report its
+        end now, without waiting for the kernel to tear down its memory (a fork of the pool)."""
+        pid = self.notices.pop(sock, None)
+        try:
+            said = sock.recv(16)
+        except OSError:
+            said = b""
+        sock.close()
+        if said == b"0" and pid in self.children:
+            self.noticed.add(pid)  # swept again once it is reaped (_reap)
+            self._node_ended(pid, 0)
+
+    def _drop_notice(self, pid):
+        for sock, of in list(self.notices.items()):
+            if of == pid:
+                self.notices.pop(sock)
+                sock.close()
 
     def _no_spare_why(self):
         if self.children:
@@ -603,20 +636,30 @@ class Zygote:
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             if self._drop_spare(pid):
                 continue  # a spare that died before its launch (killed): replaced later
-            conn = self.children.pop(pid, None)
-            if conn is None:
-                continue  # an orphan re-parented to us, now reaped
-            self._sweep_orphans()
-            self.last_active = time.monotonic()
-            # Whatever the node left behind (its session, children in sessions of their own)
-            # goes with it, as the supervisor stops what a cold job leaves.
-            self._kill_node(pid)
-            self.tags.pop(pid, None)
-            if conn is not None:
-                _send(conn, {"exit": code})
-                # Kept until the launcher closes it (it has recorded the end): see _refill.
-                self.conns[conn] = None
-                self.ending[conn] = time.monotonic()
+            if pid in self.children:
+                self._node_ended(pid, code)
+            elif pid in self.noticed:
+                # A node that said its end: what it left may have reached us only as it died.
+                self.noticed.discard(pid)
+                self._sweep_orphans()
+            # else: an orphan re-parented to us, now reaped
+
+    def _node_ended(self, pid, code):
+        """A node ended (reaped, or it said so as it exited): stop what it left, tell its
+        launcher its exit code."""
+        conn = self.children.pop(pid)
+        self._drop_notice(pid)
+        self._sweep_orphans()
+        self.last_active = time.monotonic()
+        # Whatever the node left behind (its session, children in sessions of their own)
+        # goes with it, as the supervisor stops what a cold job leaves.
+        self._kill_node(pid)
+        self.tags.pop(pid, None)
+        if conn is not None:
+            _send(conn, {"exit": code})
+            # Kept until the launcher closes it (it has recorded the end): see _refill.
+            self.conns[conn] = None
+            self.ending[conn] = time.monotonic()
 
     def _sweep_orphans(self):
         """Stop every child of the pool that is not a node, with what is below it. Each node is
