@@ -62,7 +62,7 @@ def test_a_rank_that_comes_before_the_store_is_served_not_refused(agent: Any) ->
             True,
             timedelta(seconds=30),
             wait_for_workers=False,
-            master_listen_fd=listener.fileno(),
+            master_listen_fd=listener.detach(),  # the store's from now on, as in the node
         )
         t.join(60)
         assert got == {"ok": True}, got

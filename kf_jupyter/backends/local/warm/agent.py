@@ -882,7 +882,12 @@ def run_torchrun(args, header=None, spare_ranks=None):
         _drop_spares(spare_ranks)
         # The agent store after the fork: no rank is forked from a process with the store's
         # threads. Node 0's serves on the socket already listening, which has held the ranks
-        # that came first in its backlog.
+        # that came first in its backlog; the store owns that descriptor from now on (its
+        # thread must never see it closed).
+        extra = {}
+        if listener is not None:
+            extra["master_listen_fd"] = listener.detach()
+            listener = None
         store = TCPStore(
             addr,
             port,
@@ -890,7 +895,7 @@ def run_torchrun(args, header=None, spare_ranks=None):
             node_rank == 0,
             timedelta(seconds=EXIT_BARRIER_SECONDS),
             wait_for_workers=False,
-            **({"master_listen_fd": listener.fileno()} if listener is not None else {}),
+            **extra,
         )
         failure = None
         for pid, code in _rank_ends(pids, notices):
