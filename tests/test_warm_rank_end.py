@@ -99,8 +99,7 @@ def test_a_rank_that_failed_or_was_killed_is_counted_by_its_exit_status(agent: A
 
 def _said(agent: Any, code: int) -> bytes:
     ours, theirs = socket.socketpair()
-    st = os.fstat(theirs.fileno())
-    agent._NOTICE = (theirs, (st.st_dev, st.st_ino))
+    agent._hold_notice(theirs)
     try:
         agent.exit_notice(code)
         ours.setblocking(False)
@@ -124,6 +123,30 @@ def test_a_rank_says_only_a_success_and_only_without_cuda(agent: Any, monkeypatc
     assert _said(agent, 0) == b""
 
 
+def test_a_fork_of_the_process_that_holds_the_socket_says_nothing(agent: Any) -> None:
+    """A user's `os.fork()` whose child falls through to the runner's end must not tell the
+    node (or the pool) that the process it forked from ended: only the holder says."""
+    ours, theirs = socket.socketpair()
+    agent._hold_notice(theirs)
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child)
+            try:
+                agent.exit_notice(0)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        ours.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            ours.recv(16)
+        agent.exit_notice(0)  # the holder itself
+        assert ours.recv(16) == b"0"
+    finally:
+        agent._NOTICE = None
+        ours.close()
+        theirs.close()
+
+
 def test_a_process_holding_a_gpu_device_file_says_nothing(agent: Any, monkeypatch, tmp_path):
     """JAX, XGBoost or CuPy on a GPU do not set torch's flag: an open device file is what tells
     (a file of this test's folder stands for /dev/nvidia0, which this machine has none of)."""
@@ -140,8 +163,7 @@ def test_a_rank_whose_program_closed_the_socket_says_nothing_on_what_took_its_nu
     agent: Any,
 ) -> None:
     ours, theirs = socket.socketpair()
-    st = os.fstat(theirs.fileno())
-    agent._NOTICE = (theirs, (st.st_dev, st.st_ino))
+    agent._hold_notice(theirs)
     number = theirs.fileno()
     other_ours, other_theirs = socket.socketpair()
     try:

@@ -481,7 +481,7 @@ def _hold_notice(sock):
     global _NOTICE
     with contextlib.suppress(OSError):
         st = os.fstat(sock.fileno())
-        _NOTICE = (sock, (st.st_dev, st.st_ino))
+        _NOTICE = (sock, (st.st_dev, st.st_ino), os.getpid())
 
 
 def _drop_notice():
@@ -652,7 +652,9 @@ def exit_notice(code):
     held, _NOTICE = _NOTICE, None
     if held is None:
         return
-    sock, identity = held
+    sock, identity, owner = held
+    if os.getpid() != owner:
+        return  # a fork of the process that holds it (a user's os.fork() that fell through)
     try:
         st = os.fstat(sock.fileno())
         if (st.st_dev, st.st_ino) != identity:
