@@ -37,6 +37,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,31 @@ def set_cmdline(argv: list[str]) -> bool:
 
     ctypes.memmove(start, new + b"\0" * (size - len(new)), size)
     return True
+
+
+def _name_as_supervisor(last: str) -> None:
+    """Read as `python -I supervisor.py LAST` (`set_cmdline`)."""
+    set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"), last])
+
+
+def _fork(run: Callable[[], int]) -> int:
+    """Fork: the child runs `run()` and exits with its code (1, its traceback on stderr, if it
+    raises); the parent gets the child's pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = run()
+        except BaseException:
+            import traceback
+
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
+        finally:
+            os._exit(code if isinstance(code, int) else 1)
+    return pid
 
 
 def set_environ(env: dict[str, Any]) -> None:
@@ -330,21 +356,12 @@ class Host:
         if self._ahead_due() > 0:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                ours.close()
-                code = self._wait_ahead(theirs)
-            except BaseException:
-                import traceback
 
-                with contextlib.suppress(Exception):
-                    traceback.print_exc()
-            finally:
-                os._exit(code if isinstance(code, int) else 1)
+        def child() -> int:
+            ours.close()
+            return self._wait_ahead(theirs)
+
+        pid = _fork(child)
         theirs.close()
         self.children.add(pid)
         self.ahead = (pid, ours)
@@ -365,7 +382,7 @@ class Host:
         wait for a job (`{"req", "spare"}`), then become its supervisor as `_child` does. The
         host closing the socket (it ends) ends this process, before any job."""
         self._detach()
-        set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"), AHEAD_TITLE])
+        _name_as_supervisor(AHEAD_TITLE)
         if self.last_req is not None:
             set_environ(self.last_req.get("env") or {})  # the next job's is most likely the same
         try:
@@ -373,7 +390,7 @@ class Host:
         except (OSError, ValueError):
             return 0  # let go of: nothing ran
         req, spare = msg["req"], msg.get("spare")
-        set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"), req["job_dir"]])
+        _name_as_supervisor(req["job_dir"])
         sock.sendall(b"n")  # named: the host answers the kernel now
         sock.close()
         return self._become(req, spare)
@@ -389,8 +406,7 @@ class Host:
         ok = False
         try:
             sock.settimeout(5.0)
-            data = json.dumps({"req": req, "spare": spare}).encode("utf-8", "surrogatepass")
-            sock.sendall(struct.pack("!I", len(data)) + data)
+            _send_json(sock, {"req": req, "spare": spare})  # a failed send: no answer below
             ok = sock.recv(1) == b"n"
         except OSError:
             ok = False
@@ -456,27 +472,17 @@ class Host:
     def _fork_now(self, conn: socket.socket, req: dict[str, Any], spare: str | None) -> int:
         """Fork the job's supervisor now (none was forked ahead): its pid, once it reads as
         the job's supervisor."""
-        sys.stdout.flush()
-        sys.stderr.flush()
         ready_r, ready_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                conn.close()
-                os.close(ready_r)
-                # First: it reads as the supervisor of its job before train() returns.
-                set_cmdline([sys.executable, "-I", os.path.join(_HERE, "supervisor.py"),
-                             req["job_dir"]])  # fmt: skip
-                os.close(ready_w)
-                code = self._child(req, spare)
-            except BaseException:
-                import traceback
 
-                with contextlib.suppress(Exception):
-                    traceback.print_exc()
-            finally:
-                os._exit(code if isinstance(code, int) else 1)
+        def child() -> int:
+            conn.close()
+            os.close(ready_r)
+            # First: it reads as the supervisor of its job before train() returns.
+            _name_as_supervisor(req["job_dir"])
+            os.close(ready_w)
+            return self._child(req, spare)
+
+        pid = _fork(child)
         os.close(ready_w)
         with contextlib.suppress(OSError):
             select.select([ready_r], [], [], 5.0)  # closed by the child once it is named

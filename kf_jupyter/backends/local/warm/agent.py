@@ -469,9 +469,7 @@ def spare_main(sock, ranks, parent):
         return 0
     _hold_notice(sock)  # the node says its own end on it, as a rank does (`exit_notice`)
     code = child_main(header, fds, spares)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+    _flush_std()
     exit_notice(code)
     return code
 
@@ -601,6 +599,13 @@ def _wait_for_rank0_service(env, timeout=5.0):
         time.sleep(0.002)
 
 
+def _flush_std():
+    """Flush sys.stdout and sys.stderr (what `os._exit` would lose)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
 def _finish(code):
     """End as the interpreter would (threads joined, atexit run, streams flushed), no C++ teardown."""
     import atexit
@@ -613,9 +618,7 @@ def _finish(code):
                 thread.join()
     with contextlib.suppress(Exception):
         atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+    _flush_std()
     exit_notice(code)
     os._exit(code)
 
