@@ -22,8 +22,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fo
 AGENT = Path(kf_jupyter.__file__).parent / "backends" / "local" / "warm" / "agent.py"
 
 
-@pytest.fixture(scope="module")
-def agent() -> Any:
+@pytest.fixture(scope="module", name="agent")
+def agent_fixture() -> Any:
+    """warm/agent.py, loaded by path as the pool loads it."""
     spec = importlib.util.spec_from_file_location("agent_under_test", AGENT)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -4,34 +4,22 @@ then retried after a 0.5-0.75 s back-off). Real torch TCPStore, real sockets."""
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import sys
 import threading
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-import kf_jupyter
 from kf_jupyter.backends.local.ports import free_port
+
+from .test_warm_rank_end import agent_fixture  # noqa: F401
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm pool is Linux"),
 ]
-
-AGENT = Path(kf_jupyter.__file__).parent / "backends" / "local" / "warm" / "agent.py"
-
-
-@pytest.fixture(scope="module")
-def agent() -> Any:
-    spec = importlib.util.spec_from_file_location("agent_store_under_test", AGENT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_a_rank_that_comes_before_the_store_is_served_not_refused(agent: Any) -> None:
