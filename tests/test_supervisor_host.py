@@ -261,3 +261,39 @@ def test_the_host_ends_with_its_owner_and_one_runs_per_process(tmp_path):
     assert not any(alive(p) for p in pids)
     for state in (a, b):
         assert not list((state / "warm").glob(f"*{supervisor_host.SUFFIX}"))
+
+
+def test_a_silent_connection_to_the_host_delays_no_job(client):
+    """Failed before (issue 38): the host read one connection at a time with a 10 s timeout,
+    so a connection of the same user that sent nothing held every train() for ~9.8 s."""
+    import socket
+
+    host = _host_ready(client)
+    sock, _record = supervisor_host.host_for(client.backend.state_dir)
+    silent, partial = (socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2))
+    try:
+        silent.connect(str(sock))
+        partial.connect(str(sock))
+        partial.sendall(b"\x00\x00")  # half a length, then nothing
+        start = time.monotonic()
+        name = client.train(_job(what_i_see), options=[Warm(False)])
+        took = time.monotonic() - start
+        # Served by the host while both silent connections still wait for their answer.
+        assert "local/supervisor_host.py" in _supervisor_parent(client, name)
+        for conn in (silent, partial):
+            conn.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                conn.recv(1)
+        assert took < supervisor_host.REQUEST_SECONDS, took
+        assert client.wait_for_job_status(name, timeout=120).status == "Complete"
+        # The silent ones are answered and closed at their deadline; the host runs on.
+        for conn in (silent, partial):
+            conn.setblocking(True)
+            conn.settimeout(supervisor_host.REQUEST_SECONDS + 20)
+            answer = supervisor_host._recv_json(conn)
+            assert "no whole request in time" in answer["error"]
+            assert conn.recv(1) == b""
+        assert psutil.Process(host).is_running()
+    finally:
+        silent.close()
+        partial.close()

@@ -17,7 +17,8 @@ supervisor as a process, as before).
 
 A supervisor forked from here is not tied to this process: it is its own session and outlives
 it, as a supervisor started by the kernel outlives the kernel. This process never runs a job
-itself and stays single-threaded (it forks). It exits when its owner (the kernel that started
+itself and stays single-threaded (it forks): connections are read without blocking, beside
+each other, so one that stays silent delays no other (it is dropped after REQUEST_SECONDS). It exits when its owner (the kernel that started
 it) is gone, after IDLE_SECONDS without a job, or when RECORD is removed (`stop`), and never
 stops a supervisor when it does.
 
@@ -42,6 +43,11 @@ from pathlib import Path
 from typing import Any
 
 REQUEST_MAX = 16 * 1024 * 1024
+#: How long a connection has to send its whole request (it is read beside the others: one
+#: that stays silent delays no other kernel's job, issue 38).
+REQUEST_SECONDS = 10.0
+#: Connections waiting for their request at most (the oldest is dropped to make room).
+PENDING_MAX = 64
 OWNER_CHECK_SECONDS = 1.0
 #: While a supervisor this host forked still runs, how long after its job came the host waits
 #: before it forks the next one ahead.
@@ -209,6 +215,8 @@ class Host:
         self.last_req: dict[str, Any] | None = None  # the last job's request, rehearsed ahead
         self.last_accept = 0.0
         self.last_exit = 0.0  # when the last supervisor of a job ended
+        # Connections whose request is not whole yet: (what came so far, deadline).
+        self.pending: dict[socket.socket, tuple[bytearray, float]] = {}
 
     # ------------------------------------------------------------ certificates made ahead
 
@@ -321,10 +329,14 @@ class Host:
                     break
                 if not os.path.exists(self.record):
                     break  # stopped (`stop`), or its folder removed
-            wait = min(0.5, max(0.0, self._ahead_due()))
-            ready, _, _ = select.select([self.listener, wake_r], [], [], wait)
+            wait = min(0.5, max(0.0, self._ahead_due()), self._expire())
+            watched: list[Any] = [self.listener, wake_r, *self.pending]
+            ready, _, _ = select.select(watched, [], [], wait)
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
+            for conn in ready:
+                if conn in self.pending:
+                    self._readable(conn)
             if self.listener in ready:
                 self._accept()
 
@@ -431,43 +443,97 @@ class Host:
         self.children.discard(pid)
 
     def _accept(self) -> None:
+        """Take a connection of this user: it is read without blocking, beside the others
+        (one that stays silent delays nobody; it is dropped at its deadline)."""
         try:
             conn, _ = self.listener.accept()
         except OSError:
             return
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+        except OSError:
+            uid = -1
+        if uid != os.getuid():
+            conn.close()
+            return
+        self.last_active = time.monotonic()
+        if len(self.pending) >= PENDING_MAX:  # the oldest silent one makes room
+            oldest = min(self.pending, key=lambda c: self.pending[c][1])
+            self._drop(oldest, "too many connections wait for their request")
+        conn.setblocking(False)
+        self.pending[conn] = (bytearray(), time.monotonic() + REQUEST_SECONDS)
+
+    def _drop(self, conn: socket.socket, why: str) -> None:
+        """Answer a connection that sent no whole request with `why`, and close it."""
+        self.pending.pop(conn, None)
+        with contextlib.suppress(OSError):
+            conn.setblocking(True)
+            conn.settimeout(0.5)
+        _send_json(conn, {"error": f"bad request ({why})"})
+        conn.close()
+
+    def _expire(self) -> float:
+        """Drop the connections past their deadline; seconds until the next deadline."""
+        now = time.monotonic()
+        for conn, (_buf, deadline) in list(self.pending.items()):
+            if deadline <= now:
+                self._drop(conn, "no whole request in time")
+        deadlines = [d for _b, d in self.pending.values()]
+        return max(0.0, min(deadlines) - now) if deadlines else float("inf")
+
+    def _readable(self, conn: socket.socket) -> None:
+        """Read what a pending connection sent; serve it once its request is whole."""
+        buf, _deadline = self.pending[conn]
+        try:
+            chunk = conn.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._drop(conn, str(exc))
+            return
+        if not chunk:
+            self._drop(conn, "truncated")
+            return
+        buf += chunk
+        if len(buf) < 4:
+            return
+        (length,) = struct.unpack("!I", bytes(buf[:4]))
+        if length > REQUEST_MAX:
+            self._drop(conn, "too large")
+            return
+        if len(buf) < 4 + length:
+            return
+        del self.pending[conn]
         with conn:
-            try:
-                creds = conn.getsockopt(
-                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
-                )
-                _pid, uid, _gid = struct.unpack("3i", creds)
-            except OSError:
-                uid = -1
-            if uid != os.getuid():
-                return
-            self.last_active = time.monotonic()
+            conn.setblocking(True)
             conn.settimeout(10)
             try:
-                req = _recv_json(conn)
-            except (OSError, ValueError) as exc:
+                req = json.loads(bytes(buf[4 : 4 + length]).decode("utf-8", "surrogatepass"))
+            except ValueError as exc:
                 _send_json(conn, {"error": f"bad request ({exc})"})
                 return
-            why = self._refuse(req)
-            if why:
-                _send_json(conn, {"error": why})
-                return
-            spare, self.spare = self.spare, None
-            self.last_accept = time.monotonic()
-            pid = self._hand_ahead(req, spare)
-            ahead = pid is not None
-            if pid is None:
-                pid = self._fork_now(conn, req, spare)
-            self.last_req = req
-            self.children.add(pid)
-            self.served += 1
-            _send_json(conn, {"pid": pid, "served": self.served, "ahead": ahead})
+            self._serve_request(conn, req)
         with contextlib.suppress(OSError):
             self._write_record("ready")
+
+    def _serve_request(self, conn: socket.socket, req: Any) -> None:
+        """Hand a whole request to the supervisor forked ahead, or fork one now; answer."""
+        self.last_active = time.monotonic()
+        why = self._refuse(req)
+        if why:
+            _send_json(conn, {"error": why})
+            return
+        spare, self.spare = self.spare, None
+        self.last_accept = time.monotonic()
+        pid = self._hand_ahead(req, spare)
+        ahead = pid is not None
+        if pid is None:
+            pid = self._fork_now(conn, req, spare)
+        self.last_req = req
+        self.children.add(pid)
+        self.served += 1
+        _send_json(conn, {"pid": pid, "served": self.served, "ahead": ahead})
 
     def _fork_now(self, conn: socket.socket, req: dict[str, Any], spare: str | None) -> int:
         """Fork the job's supervisor now (none was forked ahead): its pid, once it reads as
@@ -514,6 +580,9 @@ class Host:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.listener.close()
+        for conn in self.pending:  # another kernel's connection: its host answers it
+            conn.close()
+        self.pending.clear()
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -557,6 +626,8 @@ class Host:
         """Remove the socket and record, the certificates and the supervisor made ahead (no
         supervisor of a job stops)."""
         self._stop_ahead()
+        for conn in list(self.pending):
+            self._drop(conn, "the supervisor host stops")
         for path in (self.sock_path, self.record):
             with contextlib.suppress(OSError):
                 os.unlink(path)
