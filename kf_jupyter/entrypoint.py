@@ -795,6 +795,8 @@ def _kfj_publish(result):
 
 #: FUNC_NAME meaning "run FUNC_FILE as __main__" (no function is called).
 _KFJ_SCRIPT = "__main__"
+#: FUNC_FILE and the file the user's code is compiled as (tracebacks show both by their role).
+_KFJ_FILES = [None, None]
 
 
 def _kfj_program_argv(argv):
@@ -813,23 +815,25 @@ def _kfj_same_text(path, source):
         return False
 
 
-def _kfj_script(code, func_file, kwargs, source):
-    """A callable that runs `code` as `python script.py` would, in a fresh `__main__` module.
+def _kfj_script_file(func_file, source):
+    """The script's own file when sys.argv[0] names one here with the same text (the script in
+    the notebook's folder or the shipped workspace), else the shipped copy, FUNC_FILE."""
+    argv0 = sys.argv[0]
+    if argv0 and os.path.isfile(argv0) and _kfj_same_text(argv0, source):
+        return os.path.abspath(argv0)
+    return func_file
 
-    When sys.argv[0] names a file here with the same text (the script in the notebook's folder
-    or the shipped workspace), `__file__` is that file and its folder leads sys.path, as under
-    `python`; otherwise `__file__` is the shipped copy, FUNC_FILE.
-    """
+
+def _kfj_script(code, path, kwargs):
+    """A callable that runs `code` (compiled as `path`) as `python script.py` would, in a fresh
+    `__main__` module: `__file__` is `path` and, when it is the script's own file, its folder
+    leads sys.path, as under `python`."""
     import builtins
 
     def run():
-        path = func_file
-        argv0 = sys.argv[0]
-        if argv0 and os.path.isfile(argv0) and _kfj_same_text(argv0, source):
-            path = os.path.abspath(argv0)
-            folder = os.path.dirname(path)
-            if folder not in sys.path:
-                sys.path.insert(0, folder)
+        folder = os.path.dirname(path)
+        if path != _KFJ_FILES[0] and folder not in sys.path:
+            sys.path.insert(0, folder)
         module = types.ModuleType("__main__")
         module.__file__ = path
         module.__builtins__ = builtins
@@ -869,10 +873,13 @@ def _kfj_main(argv):
         source = fh.read()
     with open(args_file, encoding="utf-8") as fh:
         kwargs = json.load(fh)
-    code = compile(source, func_file, "exec")
+    # A script's code objects carry its own path, as under `python script.py` (inspect, Hydra).
+    path = _kfj_script_file(func_file, source) if func_name == _KFJ_SCRIPT else func_file
+    _KFJ_FILES[:] = [func_file, path]
+    code = compile(source, path, "exec")
     _kfj_watch_launcher(source)
     if func_name == _KFJ_SCRIPT:
-        func, kwargs = _kfj_script(code, func_file, kwargs, source), {}
+        func, kwargs = _kfj_script(code, path, kwargs), {}
     else:
         namespace = sys.modules["__main__"].__dict__
         exec(code, namespace)
@@ -912,6 +919,7 @@ def _kfj_user_traceback(exc, func_file, label="<training function>"):
     import traceback
 
     runner = os.path.abspath(__file__)
+    shown = {os.path.abspath(f) for f in (func_file, *_KFJ_FILES) if f}
     te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
     seen = set()
     todo = [te]
@@ -924,7 +932,7 @@ def _kfj_user_traceback(exc, func_file, label="<training function>"):
         for frame in cur.stack:
             if os.path.abspath(frame.filename) == runner:
                 continue
-            if func_file and os.path.abspath(frame.filename) == os.path.abspath(func_file):
+            if os.path.abspath(frame.filename) in shown:
                 _ = frame.line  # read the source line before the file name changes
                 frame.filename = label
             kept.append(frame)

@@ -515,3 +515,69 @@ def test_a_job_name_longer_than_any_file_name_is_simply_not_found(shell, capsys)
     result, out, err = run(shell, capsys, "%kf_logs " + "A" * 300)
     assert not result.success and "No local job named" in out + err
     assert "File name too long" not in out + err
+
+
+# -- 3. a script knows its own file (issue 39: Hydra, inspect) ---------------------------------
+
+HYDRA_SCRIPT = '''\
+"""Shaped like PyTorch's minGPT-ddp main.py: Hydra finds its config next to the script."""
+import inspect
+import os
+
+import hydra
+from omegaconf import DictConfig
+
+
+def where():
+    return inspect.getfile(where)
+
+
+@hydra.main(version_base=None, config_path=".", config_name="gpt2_train_cfg")
+def main(cfg: DictConfig):
+    rank = os.environ.get("RANK", "0")
+    print("RANK", rank, "EPOCHS", cfg.trainer_config.max_epochs, "CODE", where(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+HYDRA_CONFIG = "trainer_config:\n  max_epochs: 10\n  batch_size: 216\n"
+
+
+def hydra_folder(root: Path) -> Path:
+    """A notebook folder with the Hydra program and its config in `gpt/`."""
+    (root / "gpt").mkdir(parents=True)
+    (root / "gpt" / "main.py").write_text(HYDRA_SCRIPT)
+    (root / "gpt" / "gpt2_train_cfg.yaml").write_text(HYDRA_CONFIG)
+    return root / "gpt" / "main.py"
+
+
+@pytest.mark.parametrize("backend", ["local", "kubernetes"])
+def test_script_code_carries_its_own_path_for_hydra(
+    shell,  # noqa: F811
+    capsys,
+    tmp_path,
+    launchers,
+    monkeypatch,
+    backend,
+):
+    pytest.importorskip("hydra")
+    script = hydra_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    command = dry_run_command(
+        shell,
+        capsys,
+        f"%torchtrain gpt/main.py --backend {backend} --dry-run -- trainer_config.max_epochs=3",
+    )
+    proc = run_command(command, launchers, tmp_path / "work")
+    assert proc.returncode == 0, proc.stderr
+    # Hydra read gpt/gpt2_train_cfg.yaml (with the override), and the code's file is the script
+    assert f"RANK 0 EPOCHS 3 CODE {script}" in proc.stdout
+    # a failure in a script is still shown by the name it was given, not its full path
+    (tmp_path / "gpt" / "broken.py").write_text("def f():\n    raise ValueError('bad')\n\n\nf()\n")
+    command = dry_run_command(
+        shell, capsys, f"%torchtrain gpt/broken.py --backend {backend} --dry-run"
+    )
+    proc = run_command(command, launchers, tmp_path / "work2")
+    assert proc.returncode != 0
+    assert 'File "gpt/broken.py", line 2, in f' in proc.stderr, proc.stderr

@@ -101,6 +101,21 @@ def test_line_magic_runs_a_script_file_with_its_arguments(shell, capsys, tmp_pat
     assert "usage: train.py [-h] [--epochs EPOCHS]" in out
 
 
+def test_hydra_program_finds_its_config_by_its_code_file(shell, capsys, tmp_path, monkeypatch):  # noqa: F811
+    """PyTorch's minGPT-ddp shape: `@hydra.main(config_path=".")` resolves the folder from the
+    code's file, which is the script's own path on every rank, as under torchrun (issue 39)."""
+    pytest.importorskip("hydra")
+    from .test_scripts import hydra_folder
+
+    script = hydra_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    line = "gpt/main.py -n 1 -p 2 --timeout 240 -- trainer_config.max_epochs=2"
+    result, out, err = run(shell, capsys, f"%torchtrain {line}")
+    assert result.success, out + err
+    for rank in (0, 1):
+        assert f"RANK {rank} EPOCHS 2 CODE {script}" in out, out + err
+
+
 MPI_SCRIPT = """\
 import argparse
 from mpi4py import MPI
