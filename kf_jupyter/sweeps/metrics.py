@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,12 @@ from ..constants import REPORT_PREFIX
 from ..report import parse_report
 
 #: Katib's default StdOut metrics filter (`([\w|-]+)\s*=\s*([+-]?\d*(\.\d+)?([Ee][+-]?\d+)?)`).
+#: Kept for reference: `finditer` with it backtracks quadratically on a long run of name
+#: characters not followed by `=` (a separator line of 8,000 `-` takes seconds); `katib_pairs`
+#: finds the same matches in linear time.
 KATIB_FILTER = re.compile(r"([\w|-]+)\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)")
+_NAME_RUN = re.compile(r"[\w|-]+")
+_AFTER_NAME = re.compile(r"\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)")
 
 #: A trial keeps at most this many values of each metric (the curve, for the views).
 MAX_POINTS = 2000
@@ -43,6 +48,24 @@ def _finite(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def katib_pairs(line: str) -> Iterator[tuple[str, str]]:
+    """Every `(name, value)` match of `KATIB_FILTER` in `line`, in order, in linear time.
+
+    The filter's name part can only end where a run of name characters (`[\\w|-]`) ends, so
+    a match starting inside a run fails exactly when one starting at the run's first
+    character does: each run is tried once, at its start, and skipped whole on failure (the
+    regular expression retries every position of the run, each time to its end). The value
+    part may be empty (`loss=` gives `("loss", "")`), as with the filter."""
+    pos = 0
+    while (run := _NAME_RUN.search(line, pos)) is not None:
+        after = _AFTER_NAME.match(line, run.end())
+        if after is None:
+            pos = run.end()
+            continue
+        yield run.group(), after.group(1)
+        pos = after.end()
+
+
 def line_metrics(line: str, names: Iterable[str]) -> list[tuple[str, str]]:
     """The `(name, value)` pairs of one log line for the wanted metric names, in order."""
     wanted = set(names)
@@ -53,12 +76,7 @@ def line_metrics(line: str, names: Iterable[str]) -> list[tuple[str, str]]:
         if record is None:
             return []
         return [(k, repr(v)) for k, v in record["metrics"].items() if k in wanted]
-    out = []
-    for m in KATIB_FILTER.finditer(line):
-        name, text = m.group(1), m.group(2)
-        if name in wanted and _finite(text) is not None:
-            out.append((name, text))
-    return out
+    return [(n, v) for n, v in katib_pairs(line) if n in wanted and _finite(v) is not None]
 
 
 @dataclass

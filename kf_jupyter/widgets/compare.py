@@ -14,10 +14,10 @@ from __future__ import annotations
 import base64
 import html
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..sweeps.metrics import katib_pairs
 from .state import PALETTE, LogState
 from .static import badge_html, fmt_duration, job_duration, status_label
 
@@ -48,14 +48,11 @@ class Run:
         return series[-1][1] if series else None
 
 
-#: Katib's default metrics collector: `name=value` on stdout (what SDK optimizer examples print).
-_STDOUT_METRIC = re.compile(r"([\w|-]+)\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)")
-
-
 def stdout_metric(line: str, metric: str) -> float | None:
-    """The last value of `metric` in a `name=value` stdout line (None: not there)."""
+    """The last value of `metric` in a `name=value` stdout line (None: not there); Katib's
+    default metrics collector's filter, what SDK optimizer examples print (linear time)."""
     found = None
-    for key, text in _STDOUT_METRIC.findall(line):
+    for key, text in katib_pairs(line):
         if key == metric and text not in ("", "+", "-"):
             try:
                 value = float(text)

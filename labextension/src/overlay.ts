@@ -145,14 +145,34 @@ export function swatch(colour: number): HTMLSpanElement {
 
 /**
  * Katib's default metrics collector reads `name=value` lines on stdout (what
- * the SDK's optimizer examples print). The values of `metric` in one line.
+ * the SDK's optimizer examples print). Every `[name, value]` match of its
+ * filter `([\w|-]+)\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)`, in order,
+ * in linear time: the filter itself, run with `exec`, retries every position
+ * of a long run of name characters not followed by `=` to the run's end
+ * (quadratic: 32,000 `-` took seconds on the page's main thread). A match can
+ * only start where such a run starts, so each run is tried once, at its start.
  */
+export function katibPairs(line: string): [string, string][] {
+  const run = /[\w|-]+/g;
+  const after = /\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)/y;
+  const out: [string, string][] = [];
+  for (let m = run.exec(line); m; m = run.exec(line)) {
+    after.lastIndex = run.lastIndex;
+    const v = after.exec(line);
+    if (v) {
+      out.push([m[0], v[1]]);
+      run.lastIndex = after.lastIndex;
+    }
+  }
+  return out;
+}
+
+/** The last value of `metric` in one stdout line (`katibPairs`), or null. */
 export function stdoutMetric(line: string, metric: string): number | null {
-  const re = /([\w|-]+)\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)/g;
   let found: number | null = null;
-  for (let m = re.exec(line); m; m = re.exec(line)) {
-    if (m[1] === metric && m[2] !== '' && m[2] !== '+' && m[2] !== '-') {
-      const v = Number(m[2]);
+  for (const [name, text] of katibPairs(line)) {
+    if (name === metric && text !== '' && text !== '+' && text !== '-') {
+      const v = Number(text);
       if (Number.isFinite(v)) {
         found = v;
       }
