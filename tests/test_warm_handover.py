@@ -246,3 +246,38 @@ def test_an_unrecognised_cold_job_needs_no_event(client, tmp_path):
     name = client.train(TorchTrainer(func=f), options=[Warm(False)])
     client.wait_for_job_status(name, timeout=300)
     assert not [e for e in client.get_job_events(name) if e.reason == "WarmViaShim"]
+
+
+def odd_names() -> dict:
+    import os
+
+    return {k: os.environ.get(k) for k in ("A-B", "1X", "X.Y")}
+
+
+def test_variables_sh_would_drop_reach_the_ranks_on_every_path(client, tmp_path, monkeypatch):
+    """Failed before (issue 38): a warm launch through bash and the `#!/bin/sh` shim lost the
+    kernel's variables whose names are not shell identifiers (dash drops them); a cold rank and
+    one handed over directly kept them. Now all three paths see the same."""
+    from kf_jupyter.options import Warm
+
+    want = {"A-B": "1", "1X": "2", "X.Y": "a b=c"}
+    for key, value in want.items():
+        monkeypatch.setenv(key, value)
+    rc_file = tmp_path / "bashenv.sh"
+    rc_file.write_text(": nothing\n")
+    via_shim = RuntimeConfig(env={"BASH_ENV": str(rc_file)})  # only bash can run it: the shim
+    seen = {}
+    for path, rc, options in [
+        ("cold", None, [Warm(False)]),
+        ("direct", None, None),
+        ("shim", via_shim, None),
+    ]:
+        if options is None:
+            warm_up(client, TorchTrainer(func=odd_names))
+        name = client.train(TorchTrainer(func=odd_names), runtime_config=rc, options=options)
+        job = client.wait_for_job_status(name, timeout=300)
+        assert job.status == "Complete" and job.warm is (path != "cold"), (path, job)
+        reasons = [e.reason for e in client.get_job_events(name)]
+        assert ("WarmViaShim" in reasons) is (path == "shim"), (path, reasons)
+        seen[path] = client.get_job_result(name)
+    assert seen == {"cold": want, "direct": want, "shim": want}

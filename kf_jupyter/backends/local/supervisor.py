@@ -652,6 +652,23 @@ def _load_sibling(name: str) -> Any:
     return module
 
 
+#: Where a warm node going through bash and the `#!/bin/sh` shim carries the variables whose
+#: names are not shell identifiers (`A-B`, `1X`): bash passes them on, but dash (`/bin/sh` on
+#: Debian and Ubuntu) drops them; the shim puts them back (issue 38).
+CARRY_VAR = "KF_JUPYTER_WARM_UNNAMED"
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _carry_past_sh(env: dict[str, str]) -> None:
+    """Add CARRY_VAR to a warm node's environment: its variables that `sh` would drop, as JSON
+    (none: nothing added; more than fits one variable: left out, as before)."""
+    odd = {k: v for k, v in env.items() if not _SHELL_NAME.fullmatch(k)}
+    if odd:
+        text = json.dumps(odd)
+        if len(text) < 120 * 1024:  # one variable's limit (MAX_ARG_STRLEN) is 128 KiB
+            env[CARRY_VAR] = text
+
+
 class Supervisor:
     """Starts the processes of spawn.json, watches them, and records what happens."""
 
@@ -827,6 +844,8 @@ class Supervisor:
             via_shim = self._hand_over(item, env, cwd)
             if via_shim is None:
                 continue
+            if via_shim:
+                _carry_past_sh(env)
             with open(os.path.join(logs, f"{item['name']}.log"), "ab") as log:
                 p = subprocess.Popen(
                     item["argv"],
