@@ -22,10 +22,12 @@ The object is a `Plugin` (or a function without arguments that returns one). It 
 
 Entry points are read once, on first use (the first `%load_ext kf_jupyter`, runtime list or
 unknown policy), and each plugin module is imported then: keep it light (declarations only;
-import frameworks in the training program). A plugin that fails to import, returns the wrong
-thing, or uses a name kf-jupyter or an earlier plugin already has is not loaded at all: one
-warning paragraph names it and says what to do, and everything else works without it. No I/O
-here beyond reading the installed packages' entry-point metadata.
+import frameworks in the training program). A plugin that fails to import (raising anything short
+of `KeyboardInterrupt`: `SystemExit` from argparse at import included), returns the wrong thing,
+or uses a name kf-jupyter, IPython (any magic the shell already has) or an earlier plugin already
+has is not loaded at all: one warning paragraph names it and its package and says what to do,
+and everything else works without it. No I/O here beyond reading the installed packages'
+entry-point metadata.
 """
 
 from __future__ import annotations
@@ -149,6 +151,35 @@ def _who(reg: Registry, key: str, default: str) -> str:
     return f"plugin {owner!r}" if owner else default
 
 
+def shell_magic_names() -> frozenset[str]:
+    """The magic names a plugin may not take: IPython's own (`time`, `writefile`, `run`,
+    `load_ext`, ...: every `Magics` class IPython ships) and every magic the running IPython
+    shell already has (the kernel's, its aliases, other extensions'), except kf-jupyter's own
+    and its plugins' (registered from kf_jupyter). Empty without IPython."""
+    import sys
+
+    names: set[str] = set()
+    try:
+        from IPython.core import magics as ipython_magics
+        from IPython.core.magic import Magics
+    except ImportError:
+        return frozenset()
+    for attr in dir(ipython_magics):
+        cls = getattr(ipython_magics, attr, None)
+        if isinstance(cls, type) and issubclass(cls, Magics):
+            table = getattr(cls, "magics", None) or {}
+            for kind in ("line", "cell"):
+                names.update(table.get(kind) or {})
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    shell = get_ipython() if callable(get_ipython) else None
+    manager = getattr(shell, "magics_manager", None)
+    for kind in ("line", "cell"):
+        for magic, fn in (getattr(manager, "magics", None) or {}).get(kind, {}).items():
+            if not str(getattr(fn, "__module__", "") or "").startswith("kf_jupyter"):
+                names.add(magic)
+    return frozenset(names)
+
+
 def _check(name: str, plugin: Any, reg: Registry) -> tuple[dict[str, Any], list[Any]]:
     """Check one plugin against the built-ins and the plugins before it; its policies and runtimes."""
     from .policies.base import Policy
@@ -173,6 +204,7 @@ def _check(name: str, plugin: Any, reg: Registry) -> tuple[dict[str, Any], list[
                 raise _Refused(f"policy {p.name!r} reserves {env!r}, not an environment name")
         policies[p.name] = p
     known_policies = policies_builtin | set(reg.policies) | set(policies)
+    shell_magics = shell_magic_names() if plugin.trainers else frozenset()
     for magic, cls in plugin.trainers.items():
         if not (isinstance(cls, type) and issubclass(cls, BaseTrainer)):
             raise _Refused(f"its trainer {magic!r} is not a kf_jupyter BaseTrainer subclass")
@@ -182,6 +214,11 @@ def _check(name: str, plugin: Any, reg: Registry) -> tuple[dict[str, Any], list[
             )
         if magic in BUILTIN_MAGICS or magic.startswith("kf_"):
             raise _Refused(f"its magic %%{magic} has the name of a kf-jupyter magic")
+        if magic in shell_magics:
+            raise _Refused(
+                f"its magic %%{magic} has the name of a magic IPython (or the running shell) "
+                f"already has, %{magic}, which it would silently replace"
+            )
         if magic in reg.trainers:
             raise _Refused(
                 f"its magic %%{magic} is already registered by plugin "
@@ -228,11 +265,18 @@ def _load(ep: Any, reg: Registry) -> None:
             fix = "Names must be unique: ask the plugin's authors to rename it."
         reg.problems.append(_problem(ep.name, package, ep.value, str(exc), fix))
         return
-    except Exception as exc:  # a broken plugin must never break kf-jupyter
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a broken plugin must never break kf-jupyter (SystemExit too)
         last = (str(exc).strip().splitlines() or [""])[-1][:300]
         reason = f"importing or calling it raised {type(exc).__name__}" + (
             f": {last}" if last else ""
         )
+        if not isinstance(exc, Exception):
+            reason += (
+                " (a plugin module must not exit or parse sys.argv when it is imported: "
+                "argparse does that, and exits, at import time)"
+            )
         reg.problems.append(_problem(ep.name, package, ep.value, reason, fix))
         return
     from .backends.local.runtimes import plugin_local_copy
@@ -365,5 +409,6 @@ __all__ = [
     "registry",
     "reload",
     "runtime_manifests",
+    "shell_magic_names",
     "trainer_for_magic",
 ]
