@@ -448,6 +448,71 @@ def test_a_crashed_supervisors_devices_come_back_once_its_ranks_are_gone(
     assert held(cold) == {}
 
 
+def daemon_then_wait(pid_file: str, gate: str) -> str:
+    """Double-fork a daemon (fork, setsid, fork) that sleeps 10 minutes, write its pid, then
+    wait for `gate` (the rank runs on)."""
+    import os
+    import time
+
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(pid_file + ".tmp", "w") as fh:
+                fh.write(str(os.getpid()))
+            os.replace(pid_file + ".tmp", pid_file)
+            time.sleep(600)
+        os._exit(0)
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    return "done"
+
+
+def test_a_daemon_of_a_cold_job_goes_with_it_after_its_supervisor_is_killed(
+    cold: TrainerClient,
+    standin_smi: StandinSMI,
+    tmp_path: Path,
+) -> None:
+    """Failed before (issue 38): the daemon, re-parented to the supervisor (a subreaper) once
+    its parent left, was never in the job's recorded processes; with the supervisor killed,
+    delete_job left it running and the allocator gave its device to the next job."""
+    standin_smi.set_devices(1)
+    pid_file = tmp_path / "daemon.pid"
+    a = cold.train(
+        JAXTrainer(
+            func=daemon_then_wait,
+            func_args={"pid_file": str(pid_file), "gate": str(tmp_path / "never")},
+            initialize_distributed=False,
+            resources_per_node={"gpu": 1},
+        )
+    )
+    wait_until(pid_file.exists, what="the daemon's pid")
+    daemon = int(pid_file.read_text())
+    try:
+        time.sleep(2 * sv.SNAPSHOT_SECONDS + 0.5)  # the supervisor records its processes
+        st = json.loads((cold.backend.jobs_dir / a / "status.json").read_text())
+        os.kill(int(st["supervisor_pid"]), signal.SIGKILL)
+        wait_until(lambda: cold.get_job(a).reason == "SupervisorLost", what="a lost")
+        # While the daemon runs the device stays the job's, as long as its rank's.
+        assert held(cold) == {uuid_of(0): a}
+        cold.delete_job(a)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and _running(daemon):
+            time.sleep(0.05)
+        assert not _running(daemon), "delete_job left the job's daemon running"
+        b = cold.train(jax(gpus=1))
+        assert cold.wait_for_job_status(b, timeout=120).status == COMPLETE
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(daemon).kill()
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.slow
 def test_the_allocator_never_gives_a_device_twice_under_concurrent_jobs(
     cold: TrainerClient,

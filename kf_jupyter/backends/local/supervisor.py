@@ -1158,10 +1158,13 @@ class Supervisor:
         return out
 
     def _take_snapshot(self) -> None:
+        """Record the job's processes in status.json (`descendants`): what the kernel stops
+        and the GPU allocator waits for when this supervisor is killed. Its own descendants
+        are included: a daemon a rank double-forked is re-parented to it (a subreaper), under
+        none of the nodes (issue 38)."""
         warm = self._warm_nodes()
-        snap = sorted(
-            {*descendants([p.pid for p in self.procs.values()] + [w for w, _ in warm]), *warm}
-        )
+        roots = [os.getpid()] + [p.pid for p in self.procs.values()] + [w for w, _ in warm]
+        snap = sorted({*descendants(roots), *warm})
         if snap != self.snapshot:
             self.snapshot = snap
 
