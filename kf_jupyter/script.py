@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from .errors import ValidationError
 
 #: The FUNC_NAME that tells the runner to run the file as `__main__` (no function is called).
 SCRIPT_FUNC_NAME = "__main__"
+_PLACEHOLDER = re.compile(r"\$\{trialParameters\.([^}]*)\}")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,16 @@ def validate_script_args(args: Any) -> tuple[str, ...]:
                 f"(write {str(a)!r})."
             )
     return tuple(args)
+
+
+def fill_parameters(args: Sequence[str], params: Mapping[str, str]) -> list[str]:
+    """A sweep trial's arguments: each `${trialParameters.NAME}` (Katib's trial-template
+    placeholder) replaced by the trial's value of NAME; other text is left as it is."""
+
+    def value(m: re.Match[str]) -> str:
+        return str(params.get(m.group(1), m.group(0)))
+
+    return [_PLACEHOLDER.sub(value, a) for a in args]
 
 
 def _similar_file(path: str) -> str:

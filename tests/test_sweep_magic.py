@@ -164,3 +164,119 @@ def test_a_local_sweep_runs_follows_and_shows_the_best_completed_trial(shell, ca
     _, deleted = _run(shell, capsys, f"%kf_sweep_delete {name}")
     assert "Deleted" in deleted
     assert shell.kf.client("local").list_jobs() == []
+
+
+# -- issue 39: a sweep's trials keep the program's arguments -----------------------------------
+
+#: Katib's MNIST trial script's shape: argparse options, the metric printed as name=value.
+KATIB_SCRIPT = """\
+import argparse
+import sys
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Katib-style trial")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=0.01)
+    args = parser.parse_args()
+    print("ARGV", sys.argv, flush=True)
+    loss = 1.0 / args.epochs + args.lr
+    print(f"epochs={args.epochs} batch={args.batch_size}")
+    print(f"loss={loss}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_trial_argv_appends_the_options_the_program_defines():
+    from kf_jupyter.magics.sweepargs import trial_argv
+    from kf_jupyter.script import fill_parameters
+
+    argv = trial_argv(KATIB_SCRIPT, ["--lr=0.5"], ("epochs", "batch_size"), function=False)
+    assert argv.args == [
+        "--lr=0.5",
+        "--epochs=${trialParameters.epochs}",
+        "--batch-size=${trialParameters.batch_size}",
+    ]
+    assert argv.unread == []
+    trial = fill_parameters(argv.args, {"epochs": "3", "batch_size": "16"})
+    assert trial == ["--lr=0.5", "--epochs=3", "--batch-size=16"]
+    # placed by hand (Katib's trial template), nothing is added
+    argv = trial_argv(KATIB_SCRIPT, ["--epochs", "${trialParameters.epochs}"], ("epochs",))
+    assert argv.args == ["--epochs", "${trialParameters.epochs}"]
+    # a cell that reads the parameter as its argument gets no option it would not parse
+    argv = trial_argv("def kf_train_cell(lr):\n    print(float(lr))\n", ["-v"], ("lr",))
+    assert argv.args == ["-v"] and argv.unread == []
+    # a name nothing reads is said
+    assert trial_argv("print(1)\n", [], ("lr",)).unread == ["lr"]
+
+
+@pytest.mark.parametrize(
+    ("after", "says"),
+    [
+        ("--epochs=1", "--epochs is both swept (--sweep epochs=...) and given after ' -- '"),
+        ("--epochs 1", "--epochs is both swept"),
+        ("--lr=${trialParameters.lr}", "'lr' is not swept"),
+    ],
+)
+def test_swept_options_given_twice_fail_in_one_paragraph(shell, capsys, after, says):
+    cell = f"%%torchtrain --sweep 'epochs=choice(1,2)' --dry-run -- {after}\n{KATIB_SCRIPT}"
+    result, text = _run(shell, capsys, cell)
+    assert not result.success
+    assert says in text and "Traceback" not in text
+
+
+def test_dry_run_shows_each_trials_argv(shell, capsys, tmp_path):
+    cell = (
+        "%%torchtrain --sweep 'epochs=choice(1,2)' --algorithm grid --dry-run -- "
+        f"--batch-size=16 --lr 0.5\n{KATIB_SCRIPT}"
+    )
+    result, text = _run(shell, capsys, cell)
+    assert result.success, text
+    assert (
+        "its sys.argv is cell.py --batch-size=16 --lr 0.5 '--epochs=${trialParameters.epochs}'"
+        in text
+    )
+    (tmp_path / "katib.py").write_text(KATIB_SCRIPT)
+    line = "%torchtrain katib.py --sweep 'epochs=choice(1,2)' --algorithm grid --dry-run -- --lr 1"
+    result, text = _run(shell, capsys, line)
+    assert result.success, text
+    assert "Each trial runs katib.py" in text
+    assert "its sys.argv is katib.py --lr 1 '--epochs=${trialParameters.epochs}'" in text
+
+
+def _trial_argvs(shell, name: str) -> dict[str, str]:
+    client = shell.kf.client("local")
+    out = {}
+    for job in client.list_jobs():
+        if job.name.startswith(f"{name}-trial-"):
+            lines = [ln for ln in client.get_job_logs(job.name) if "ARGV" in ln]
+            out[job.name] = lines[0].split("ARGV ", 1)[1] if lines else ""
+    return out
+
+
+@pytest.mark.slow
+def test_a_sweeps_trials_get_the_cells_arguments_and_the_swept_option(shell, capsys, tmp_path):
+    cell = (
+        "%%torchtrain --sweep 'epochs=choice(1,4)' --algorithm grid --parallel 2 -o sweep "
+        f"-- --batch-size=16 --lr=0.5\n{KATIB_SCRIPT}"
+    )
+    result, text = _run(shell, capsys, cell)
+    assert result.success, text
+    argvs = sorted(_trial_argvs(shell, shell.user_ns["sweep"]).values())
+    assert argvs == [
+        "['cell.py', '--batch-size=16', '--lr=0.5', '--epochs=1']",
+        "['cell.py', '--batch-size=16', '--lr=0.5', '--epochs=4']",
+    ], text
+    assert "0.75" in text  # the best trial's loss: 1/4 + 0.5, with the swept epochs parsed
+    # the line form: the script file, its arguments and the swept option
+    (tmp_path / "katib.py").write_text(KATIB_SCRIPT)
+    line = "%torchtrain katib.py --sweep 'epochs=choice(2)' --algorithm grid -o sweep2 -- --lr=0.25"
+    result, text = _run(shell, capsys, line)
+    assert result.success, text
+    assert list(_trial_argvs(shell, shell.user_ns["sweep2"]).values()) == [
+        "['katib.py', '--lr=0.25', '--epochs=2']"
+    ], text

@@ -14,6 +14,7 @@ When the sweep ends the view is replaced by its static rendering with every tria
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 import time
 from typing import Any
@@ -22,7 +23,8 @@ from IPython.core import magic_arguments as ma
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..errors import ValidationError
-from .sweepargs import DEFAULT_TRIALS, MINIMIZE, SweepPlan
+from .cell import CELL_ARGV0
+from .sweepargs import DEFAULT_TRIALS, MINIMIZE, SweepPlan, trial_argv
 
 #: How often the kernel re-reads the sweep while a cell follows it (seconds).
 POLL_S = 1.0
@@ -267,7 +269,7 @@ def optimizer_for(magics: Any, backend: str, namespace: str | None) -> Any:
     return OptimizerClient(LocalBackendConfig(warm=magics.warm))
 
 
-def _dry_run(plan: SweepPlan, backend: str, runtime: str) -> None:
+def _dry_run(plan: SweepPlan, backend: str, runtime: str, argv: list[str], script: bool) -> None:
     import html
     import random
 
@@ -283,12 +285,13 @@ def _dry_run(plan: SweepPlan, backend: str, runtime: str) -> None:
     names = list(plan.names)
     way = "minimize" if plan.direction == MINIMIZE else "maximize"
     algo = f"{plan.algorithm} search" + (f", seed {seed}" if plan.algorithm == "random" else "")
+    what = f"{argv[0]}" if script else f"the cell with {', '.join(names)} as arguments (strings)"
     head = (
         f"Sweep (dry run): {len(trials)} trials, {plan.parallel} at a time, {way} "
-        f"{plan.metric}, {algo}, on {backend}, runtime {runtime}. Each trial runs the cell "
-        f"with {', '.join(names)} as arguments (strings) and as "
-        f"{', '.join('KUBEFLOW_TRAINER_OPT_' + n.upper() for n in names)} in its environment."
-        + chosen
+        f"{plan.metric}, {algo}, on {backend}, runtime {runtime}. Each trial runs {what} and "
+        f"has {', '.join('KUBEFLOW_TRAINER_OPT_' + n.upper() for n in names)} in its "
+        f"environment; its sys.argv is {shlex.join(argv)} (with the trial's value for each "
+        "${trialParameters.NAME})." + chosen
     )
     space = "; ".join(f"{p.name}: {p.text()}" for p in plan.params)
     from ..widgets.compare import text_table
@@ -341,14 +344,8 @@ _SWEEP_IGNORED = (
 
 
 def run_sweep(magics: Any, framework: str, args: Any, cell: str | None, plan: SweepPlan) -> None:
-    """`%%torchtrain --sweep ...`: start the sweep (or show its trials with --dry-run) and
-    follow it in the cell."""
-    if cell is None or args.script:
-        raise ValidationError(
-            "A sweep runs the cell: write the training code under %%torchtrain --sweep ... (the "
-            "line form with a script file is not supported for sweeps yet; a script reads its "
-            "parameters from KUBEFLOW_TRAINER_OPT_<NAME> through the SDK's OptimizerClient)."
-        )
+    """`%%torchtrain --sweep ...` (or `%torchtrain script.py --sweep ...`): start the sweep (or
+    show its trials with --dry-run) and follow it in the cell."""
     if framework == "transformers":
         raise ValidationError(
             "%%transformerstrain does not sweep: its cell is a configuration, not a function "
@@ -363,17 +360,21 @@ def run_sweep(magics: Any, framework: str, args: Any, cell: str | None, plan: Sw
         )
     backend = args.backend or magics.backend
     runtime = args.runtime or default_runtime(framework)
-    if args.dry_run:
-        _dry_run(plan, backend, runtime)
-        return
     names = tuple(a.strip() for a in (args.args or "").split(",") if a.strip())
-    func = _cell_function(magics, cell, names + plan.names)
+    program, source = _program(magics, args, cell, names + plan.names)
+    argv = trial_argv(source, list(args.script_args or ()), plan.names, cell is not None)
+    _warn_unread(argv.unread, cell is not None)
+    program["script_args"] = argv.args or None
+    if args.dry_run:
+        argv0 = program["script"].name if "script" in program else CELL_ARGV0
+        _dry_run(plan, backend, runtime, [argv0, *argv.args], "script" in program)
+        return
     from ..sdk import CustomTrainer, TrainJobTemplate
     from ..sdk.optimizer import GridSearch, Objective, RandomSearch, TrialConfig
 
     rc = magics._runtime_config(args)
     trainer = CustomTrainer(
-        func=func,
+        func=program.pop("func", _script_stand_in),
         func_args=magics._func_args(names) or None,
         num_nodes=args.num_nodes or magics.num_nodes,
         resources_per_node=_resources(args.resources),
@@ -385,8 +386,10 @@ def run_sweep(magics: Any, framework: str, args: Any, cell: str | None, plan: Sw
     if args.image or magics.image:
         trainer.image = args.image or magics.image
     optimizer = optimizer_for(magics, backend, args.namespace)
-    name = optimizer.optimize(
-        trial_template=TrainJobTemplate(trainer=trainer, runtime=runtime),
+    name = _optimize(
+        optimizer,
+        TrainJobTemplate(trainer=trainer, runtime=runtime),
+        program,
         search_space=search_space(plan),
         trial_config=TrialConfig(num_trials=num_trials(plan), parallel_trials=plan.parallel),
         objectives=[Objective(metric=plan.metric, direction=plan.direction)],
@@ -394,6 +397,10 @@ def run_sweep(magics: Any, framework: str, args: Any, cell: str | None, plan: Sw
     )
     if args.out:
         magics.shell.user_ns[args.out] = name
+    _follow_started(magics, optimizer, name, backend, args)
+
+
+def _follow_started(magics: Any, optimizer: Any, name: str, backend: str, args: Any) -> None:
     client = magics.client(backend, args.namespace)
     follower = SweepFollower(magics, optimizer, client, backend)
     timeout = args.timeout if args.timeout is not None else magics.timeout
@@ -404,9 +411,58 @@ def run_sweep(magics: Any, framework: str, args: Any, cell: str | None, plan: Sw
     if not args.no_wait and job.status == "Failed":
         from .core import _fail
 
+        why = str(getattr(job, "message", "") or getattr(job, "reason", "") or "").rstrip(". ")
         raise _fail(
-            f"Sweep {name} failed: {getattr(job, 'message', '') or getattr(job, 'reason', '')}. "
-            f"Its trials are in the table above; logs with %kf_logs TRIAL."
+            f"Sweep {name} failed: {why}. Its trials are in the table above; logs with "
+            "%kf_logs TRIAL."
+        )
+
+
+def _script_stand_in() -> None:
+    """The SDK trainer's function while a script sweep's template is converted (`_optimize`
+    puts the script in its place)."""
+
+
+def _program(
+    magics: Any, args: Any, cell: str | None, names: tuple[str, ...]
+) -> tuple[dict[str, Any], str]:
+    """The trials' program ({"func": ...} for a cell, {"script": Script} for the line form's
+    file, read now) and its source text."""
+    if cell is None:
+        from ..script import load_script
+
+        script = load_script(args.script)
+        return {"script": script}, script.source
+    func = _cell_function(magics, cell, names)
+    return {"func": func}, func.__kf_source__
+
+
+def _optimize(optimizer: Any, template: Any, program: dict[str, Any], **kwargs: Any) -> str:
+    """`optimizer.optimize(template, **kwargs)` with the trial template's program completed
+    from `program` (the line form's script, every trial's sys.argv[1:]), which the SDK's
+    CustomTrainer cannot carry."""
+    from ..sdk.optimizer.backends import records
+    from ..sweeps.local import new_name
+
+    backend = optimizer.backend
+    spec = records.sweep_spec(new_name(), **kwargs)
+    tt = records.trial_template(backend.trainer, template)
+    if "script" in program:
+        tt.trainer.func = None
+    for key, value in program.items():
+        setattr(tt.trainer, key, value)
+    return backend.sweeps.start(spec, tt)
+
+
+def _warn_unread(unread: list[str], cell: bool) -> None:
+    for n in unread:
+        way = f"reads {n!r}, " if cell else ""
+        print(
+            f"kf-jupyter warning: the sweep varies {n}, but the program neither {way}defines an "
+            f"option --{n} nor reads KUBEFLOW_TRAINER_OPT_{n.upper()}: every trial may run the "
+            f"same. Place it in the arguments after ' -- ' with --{n}=${{trialParameters.{n}}} "
+            "if your program reads it another way.",
+            file=sys.stderr,
         )
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,3 +199,69 @@ def parse_plan(args: Any, arg_names: tuple[str, ...] = ()) -> SweepPlan | None:
         algorithm=algorithm,
         seed=seed,
     )
+
+
+@dataclass
+class TrialArgv:
+    """Every trial's `sys.argv[1:]` as a template (`${trialParameters.NAME}` where a trial's
+    value goes, Katib's placeholder) and the swept names the program seems not to read."""
+
+    args: list[str]
+    unread: list[str]
+
+
+def _string_constants(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+
+
+def _read_names(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def trial_argv(
+    source: str, user_args: list[str], names: tuple[str, ...], function: bool = True
+) -> TrialArgv:
+    """Each trial's arguments: the ones after ` -- `, then `--NAME=<value>` for each swept name
+    whose option the program defines (`"--NAME"` or `"--NA-ME"` is a string in its source, as
+    argparse's `add_argument` has it) and that the arguments do not place themselves with
+    `${trialParameters.NAME}` (docs/sweeps.md, "Arguments"). `function`: the program is the
+    cell's function, whose parameters are the swept names (it reads them by name)."""
+    used = set(re.findall(r"\$\{trialParameters\.([^}]*)\}", " ".join(user_args)))
+    unknown = sorted(used - set(names))
+    if unknown:
+        raise ValidationError(
+            f"The arguments after ' -- ' use ${{trialParameters.{unknown[0]}}}, and "
+            f"{unknown[0]!r} is not swept. Sweep it (--sweep '{unknown[0]}=...') or write a "
+            f"value; the swept names are {', '.join(names)}."
+        )
+    strings = _string_constants(source)
+    read = _read_names(source) if function else set()
+    args, unread = list(user_args), []
+    for name in names:
+        flags = (f"--{name}", f"--{name.replace('_', '-')}")
+        if name in used:
+            continue
+        given = [a for a in user_args if a in flags or a.startswith(tuple(f + "=" for f in flags))]
+        if given:
+            raise ValidationError(
+                f"{given[0].split('=')[0]} is both swept (--sweep {name}=...) and given after "
+                f"' -- '; drop it after ' -- ': each trial gets its own value as "
+                f"{given[0].split('=')[0]}=VALUE (or place it yourself with "
+                f"--{name}=${{trialParameters.{name}}})."
+            )
+        flag = next((f for f in flags[::-1] if f in strings), None)
+        if flag is not None:
+            args.append(f"{flag}=${{trialParameters.{name}}}")
+        elif name not in read and f"KUBEFLOW_TRAINER_OPT_{name.upper()}" not in source:
+            unread.append(name)
+    return TrialArgv(args, unread)

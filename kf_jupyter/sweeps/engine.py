@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from ..config import RuntimeConfig
 from ..constants import SWEEP_LABEL, SWEEP_PARAM_ANNOTATION_PREFIX, SWEEP_TRIAL_LABEL
 from ..errors import KFJupyterError
+from ..script import fill_parameters
 from ..types import COMPLETE, TERMINAL
 from . import metrics as mx
 from .space import Param, assignments, env_name
@@ -192,6 +193,8 @@ class TrialTemplate:
         trainer = copy.copy(self.trainer)
         if getattr(trainer, "func", None) is not None:
             trainer.func_args = {**(trainer.func_args or {}), **params}
+        if getattr(trainer, "script_args", None):  # Katib's ${trialParameters.NAME} in argv
+            trainer.script_args = fill_parameters(trainer.script_args, params)
         rc = copy.copy(self.runtime_config) if self.runtime_config else RuntimeConfig()
         rc.env = {**(rc.env or {}), **{env_name(k): v for k, v in params.items()}}
         opts = [o for o in self.options if not isinstance(o, Name)]
