@@ -280,3 +280,21 @@ def test_a_sweeps_trials_get_the_cells_arguments_and_the_swept_option(shell, cap
     assert list(_trial_argvs(shell, shell.user_ns["sweep2"]).values()) == [
         "['katib.py', '--lr=0.25', '--epochs=2']"
     ], text
+
+
+@pytest.mark.slow
+def test_a_failed_sweep_says_how_its_trials_ended_in_one_sentence(shell, capsys):
+    cell = (
+        "%%torchtrain --sweep 'x=choice(1,2)' --algorithm grid --objective accuracy:max -o sweep\n"
+        "if x == '1':\n"
+        "    raise RuntimeError('trial diverged')\n"
+        "print('epoch=1')\n"
+    )
+    result, text = _run(shell, capsys, cell)
+    assert not result.success
+    name = shell.user_ns["sweep"]
+    assert (
+        f"Sweep {name} failed: No trial succeeded: of 2 trials, 1 failed and 1 reported no "
+        "'accuracy' (a trial reports it by printing accuracy=VALUE or calling "
+        "kf_jupyter.report(accuracy=...)). Its trials are in the table above"
+    ) in " ".join(text.split()), text

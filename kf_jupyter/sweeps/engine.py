@@ -555,25 +555,46 @@ class SweepEngine:
         self.save()
 
     def _conclude(self) -> None:
-        done = self.record["trials"]
-        ok = [t for t in done if t["status"] == SUCCEEDED]
-        failed = [t for t in done if t["status"] == TRIAL_FAILED]
-        if ok:
-            best = best_trial(self.record)
-            assert best is not None
-            metric = self.spec.metric_names[0]
-            msg = (
-                f"{len(ok)} of {len(done)} trials succeeded ({len(failed)} failed); best "
-                f"{best['name']} with {metric}={_show(best['objective'])}."
-            )
+        metric = self.spec.metric_names[0]
+        said = outcome(self.record["trials"], metric)
+        best = best_trial(self.record)
+        if best is not None:
+            msg = f"{said}; best {best['name']} with {metric}={_show(best['objective'])}."
             self._finish(COMPLETE_SWEEP, REASON_DONE, msg)
         else:
-            self._finish(
-                FAILED,
-                REASON_NONE_SUCCEEDED,
-                f"No trial succeeded ({len(failed)} of {len(done)} failed; the others reported "
-                f"no {self.spec.metric_names[0]!r}).",
-            )
+            self._finish(FAILED, REASON_NONE_SUCCEEDED, f"{said}.")
+
+
+def outcome(trials: list[dict[str, Any]], metric: str) -> str:
+    """How the ended trials ended, in words (no final period): "3 of 10 trials succeeded (2
+    failed, 5 reported no 'loss')", "No trial succeeded: all 10 trials failed", "No trial
+    succeeded: of 10 trials, 3 failed and 7 reported no 'accuracy' (...how to report it)"."""
+    n = len(trials)
+
+    def count(status: str) -> int:
+        return sum(1 for t in trials if t["status"] == status)
+
+    ok, unreported, cancelled = count(SUCCEEDED), count(METRICS_UNAVAILABLE), count(CANCELLED)
+    ways = [
+        (count(TRIAL_FAILED), "failed"),
+        (unreported, f"reported no {metric!r}"),
+        (cancelled, "was cancelled" if cancelled == 1 else "were cancelled"),
+    ]
+    parts = [(k, w) for k, w in ways if k]
+    listed = " and ".join(", ".join(f"{k} {w}" for k, w in parts).rsplit(", ", 1))
+    hint = (
+        f" (a trial reports it by printing {metric}=VALUE or calling "
+        f"kf_jupyter.report({metric}=...))"
+        if unreported and not ok
+        else ""
+    )
+    if ok:
+        return f"{ok} of {n} trials succeeded" + (f" ({listed})" if parts else "")
+    if len(parts) == 1:
+        way = parts[0][1]
+        who = {1: "the one trial", 2: "both trials"}.get(n, f"all {n} trials")
+        return f"No trial succeeded: {who} {way}{hint}"
+    return f"No trial succeeded: of {n} trials, {listed}{hint}"
 
 
 def _show(value: float | None) -> str:
