@@ -233,6 +233,20 @@ def _resources(text: str | None) -> dict[str, str] | None:
     return out
 
 
+def _say_world(client: Any, trainer: BaseTrainer, runtime: Any) -> None:
+    """At submit, say the job's world size and why when it is not nodes × processes (an MPI
+    runtime that runs its launcher as a host: kf_jupyter/magics/world.py)."""
+    from ..backends.base import resolve_runtime_arg
+    from .world import world_notice
+
+    try:
+        notice = world_notice(trainer, resolve_runtime_arg(client.backend, trainer, runtime))
+    except KFJupyterError:  # submitted already; the runtime is read again only for this line
+        return
+    if notice:
+        print(notice, flush=True)
+
+
 def _show_dry_run(plan: dict[str, Any], full: str, trainer: Any, rc: Any) -> None:
     """A short summary first, the full manifest after it: as text (YAML comments, so the
     output stays valid YAML), and in a notebook as a table with the manifest folded."""
@@ -714,6 +728,7 @@ class KubeflowMagics(Magics):
             return
         client = self.client(backend, args.namespace)
         name = client.train(trainer, args.runtime, rc, options)
+        _say_world(client, trainer, args.runtime)
         runtime = args.runtime or ""
         handle = JobHandle(client, name, client.backend_name, runtime)
         if args.out:
