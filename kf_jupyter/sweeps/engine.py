@@ -502,33 +502,36 @@ class SweepEngine:
         self._live_at[name] = now
         return True
 
-    def _read_new(self, name: str, log: mx.MetricLog) -> list[Any] | None:
-        """Feed the primary sources' lines not read yet (counted per source); the records."""
-        try:
-            records = list(self.client.iter_log_records(name))
-        except Exception:
-            return None
-        if len(records) > LIVE_MAX_RECORDS:
-            self._live_off.add(name)  # the end reads it once more, whole
+    def _read_new(self, name: str, log: mx.MetricLog) -> bool:
+        """Feed the primary sources' lines not read yet (counted per source), streaming the
+        log (never all of it in memory); False when it could not be read."""
         seen: dict[str, int] = {}
-        for r in records:
-            if r.source not in PRIMARY_SOURCES:
-                continue
-            n = seen[r.source] = seen.get(r.source, 0) + 1
-            if n > self._seen.get((name, r.source), 0):
-                log.feed_line(r.line)
-        for source, n in seen.items():
-            self._seen[(name, source)] = n
-        return records
+        total = 0
+        try:
+            for r in self.client.iter_log_records(name):
+                total += 1
+                if r.source not in PRIMARY_SOURCES:
+                    continue
+                n = seen[r.source] = seen.get(r.source, 0) + 1
+                if n > self._seen.get((name, r.source), 0):
+                    log.feed_line(r.line)
+        except Exception:
+            return False
+        finally:
+            for source, n in seen.items():
+                self._seen[(name, source)] = max(n, self._seen.get((name, source), 0))
+        if total > LIVE_MAX_RECORDS:
+            self._live_off.add(name)  # the end reads it once more, whole
+        return True
 
     def _read_logs(self, name: str, log: mx.MetricLog) -> bool:
-        records = self._read_new(name, log)
-        if records is None:
+        if not self._read_new(name, log):
             return False
-        if not log.summaries():  # rank 0 printed none: the other ranks' lines
-            for r in records:
-                if r.source not in PRIMARY_SOURCES:
-                    log.feed_line(r.line)
+        if not log.summaries():  # rank 0 printed none: the other ranks' lines (read again)
+            with contextlib.suppress(Exception):
+                for r in self.client.iter_log_records(name):
+                    if r.source not in PRIMARY_SOURCES:
+                        log.feed_line(r.line)
         return True
 
     def _cancel(self, name: str) -> None:

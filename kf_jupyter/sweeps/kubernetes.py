@@ -32,7 +32,6 @@ import pickle
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -266,8 +265,9 @@ class KubernetesSweeps:
             raise self.api._error(exc, Where(verb, "configmaps", self.namespace, name)) from None
 
     def _read_cm(self, name: str) -> dict[str, Any]:
-        if not isinstance(name, str) or not name:
-            raise ValidationError(f"{name!r} is not a sweep name.")
+        from .local import validate_sweep_name
+
+        validate_sweep_name(name)
         cm = self._cm("get", "read_namespaced_config_map", name, self.namespace, name=name)
         if (cm.get("metadata", {}).get("labels") or {}).get(RECORD_LABEL) != name:
             raise JobNotFoundError(
@@ -297,8 +297,9 @@ class KubernetesSweeps:
             )
         return rec
 
-    def read(self, name: str) -> dict[str, Any]:
-        """The sweep's record (a driver gone silent is said: `Failed` / `DriverLost`)."""
+    def read(self, name: str, curves: bool = True) -> dict[str, Any]:
+        """The sweep's record (a driver gone silent is said: `Failed` / `DriverLost`); the
+        curves are in the record (thinned to fit), whatever `curves`."""
         return self._record(self._read_cm(name))
 
     def list(self) -> list[dict[str, Any]]:
@@ -326,8 +327,9 @@ class KubernetesSweeps:
     def start(self, spec: eng.SweepSpec, template: eng.TrialTemplate) -> str:
         """Check the template (a dry run of trial 1), create the record, start the driver."""
         from ..backends.local import supervisor as sv
-        from .local import encode_template
+        from .local import driver_command, encode_template, validate_sweep_name
 
+        validate_sweep_name(spec.name, spec.num_trials)
         record = eng.new_record(spec, "kubernetes")
         first = record["trials"][0]
         trainer, runtime, rc, opts = template.for_trial(spec.name, 1, first["parameters"])
@@ -373,14 +375,9 @@ class KubernetesSweeps:
                 with os.fdopen(sv.private_open(str(d / fname)), "wb") as fh:
                     fh.write(blob)
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-            package_root = str(Path(__file__).resolve().parents[2])
-            code = (
-                "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-                "from kf_jupyter.sweeps.kubernetes import main; main(sys.argv[1])"
-            )
             with os.fdopen(sv.private_open(str(d / "driver.log"), flags), "ab") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-c", code, package_root, str(d)],
+                    driver_command("kf_jupyter.sweeps.kubernetes", d),
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,

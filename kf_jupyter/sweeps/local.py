@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import pickle
 import random
+import re
 import shutil
 import signal
 import string
@@ -52,12 +54,57 @@ def new_name() -> str:
     return random.choice(string.ascii_lowercase) + uuid.uuid4().hex[:11]
 
 
+#: A sweep's name: an RFC 1035 label (its trials are the jobs `<sweep>-trial-<n>`, its record
+#: a folder or a ConfigMap, its label value the name), at most 63 characters.
+SWEEP_NAME_MAX = 63
+_SWEEP_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def validate_sweep_name(name: Any, num_trials: int = 0) -> str:
+    """`name` if it can name a sweep (of `num_trials` trials, each `<name>-trial-<n>` a job
+    name of at most 63 characters), else a one-paragraph `ValidationError` with the rule (a
+    5,000-character name never reaches the file system)."""
+    longest = len(f"-trial-{num_trials}") if num_trials else 0
+    ok = isinstance(name, str) and _SWEEP_NAME.fullmatch(name) is not None
+    if ok and len(name) + longest <= SWEEP_NAME_MAX:
+        return name
+    shown = (
+        repr(name)
+        if len(repr(name)) <= 80
+        else f"{repr(name)[:60]}... ({len(str(name))} characters)"
+    )
+    room = f"at most {SWEEP_NAME_MAX} characters"
+    if num_trials:
+        room += f" ({SWEEP_NAME_MAX - longest} for {num_trials} trials: each trial's job is "
+        room += f"<sweep>-trial-<n>, at most {SWEEP_NAME_MAX} characters)"
+    raise ValidationError(
+        f"{shown} is not a sweep name: a sweep's name is an RFC 1035 label (lowercase letters, "
+        f"digits and '-', starting with a letter, not ending with '-') of {room}. "
+        "optimize() names each sweep (a letter and 11 hex digits); OptimizerClient().list_jobs() "
+        "lists the sweeps and their names."
+    )
+
+
 def cpu_budget() -> int:
     """The CPUs this process may use (its affinity), at least 1."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def driver_command(module: str, folder: Path) -> list[str]:
+    """The command that starts a sweep's driver (`module`'s `main(folder)`): `python -I`, so
+    neither the working directory (a notebook's folder holding a `copy.py` or `json.py`) nor
+    `PYTHON*` variables nor the user's site directory change what it imports; kf-jupyter's own
+    folder is put after the standard library and site-packages (where it is found first when
+    installed), so the driver imports the kf-jupyter the kernel runs."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    code = (
+        "import sys; sys.path.append(sys.argv.pop(1)); "
+        f"from {module} import main; main(sys.argv[1])"
+    )
+    return [sys.executable, "-I", "-c", code, package_root, str(folder)]
 
 
 # -- the template, as the driver gets it -------------------------------------------------------
@@ -130,7 +177,13 @@ def read_handover(folder: Path, remove: tuple[str, ...]) -> tuple[eng.TrialTempl
 
 
 class FileStore:
-    """`engine.SweepStore` on a sweep folder."""
+    """`engine.SweepStore` on a sweep folder.
+
+    A finished trial's curves (`history`, up to `metrics.MAX_POINTS` values per metric) are
+    written once, to `curves/<index>.json`, and leave the record (the trial keeps
+    `"curves": true`): `sweep.json` holds only each trial's parameters, status and summaries,
+    so a save of a 1,000-trial sweep writes well under a megabyte whatever its curves, and the
+    driver does not keep every trial's curve in memory."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -140,19 +193,67 @@ class FileStore:
     def path(self) -> Path:
         return self.folder / "sweep.json"
 
+    def _move_curves(self, record: dict[str, Any]) -> None:
+        for trial in record.get("trials") or []:
+            history = trial.get("history")
+            if not history:
+                continue
+            write_curves(self.folder, trial["index"], history)
+            trial["history"] = {}
+            trial["curves"] = True
+
     def save(self, record: dict[str, Any]) -> None:
-        """Write the record (keeping the driver's pid a reader may have added)."""
+        """Write the record (keeping the driver's pid a reader may have added); a finished
+        trial's curves go to their own file first (see the class docstring)."""
+        self._move_curves(record)
         with sv.job_lock(str(self.folder)):
-            with contextlib.suppress(OSError, ValueError):
-                disk = sv.read_json(str(self.path))
-                for key in ("driver_pid", "driver_create_time"):
-                    if record.get(key) is None and disk.get(key) is not None:
-                        record[key] = disk[key]
-            sv.atomic_write_json(str(self.path), record)
+            if record.get("driver_pid") is None or record.get("driver_create_time") is None:
+                with contextlib.suppress(OSError, ValueError):
+                    disk = sv.read_json(str(self.path))
+                    for key in ("driver_pid", "driver_create_time"):
+                        if record.get(key) is None and disk.get(key) is not None:
+                            record[key] = disk[key]
+            write_json(self.path, record)
 
     def cancel_requested(self) -> bool:
         """A SIGTERM, or the `cancel` file."""
         return self.cancelled.is_set() or (self.folder / "cancel").exists()
+
+
+CURVES = "curves"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write compact JSON to `path` atomically (a temporary file, then a rename); owner-only."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        text = json.dumps(data, separators=(",", ":"))
+        with os.fdopen(sv.private_open(str(tmp)), "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_curves(folder: Path, index: int, history: dict[str, Any]) -> None:
+    """Write trial `index`'s curves to `<folder>/curves/<index>.json` (owner-only, atomic)."""
+    d = folder / CURVES
+    d.mkdir(mode=sv.PRIVATE_DIR, exist_ok=True)
+    write_json(d / f"{int(index)}.json", history)
+
+
+def read_curves(folder: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with each trial's curves (`history`) read back from `curves/` (a trial whose
+    file is unreadable keeps `{}`)."""
+    for trial in record.get("trials") or []:
+        if trial.get("curves") and not trial.get("history"):
+            with contextlib.suppress(OSError, ValueError):
+                trial["history"] = sv.read_json(
+                    str(folder / CURVES / f"{int(trial['index'])}.json")
+                )
+    return record
 
 
 class LocalSweeps:
@@ -168,9 +269,7 @@ class LocalSweeps:
 
     def folder(self, name: str) -> Path:
         """The folder of sweep `name` (a clear error if there is none)."""
-        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-            raise ValidationError(f"{name!r} is not a sweep name.")
-        d = self.root / name
+        d = self.root / validate_sweep_name(name)
         if not (d / "sweep.json").is_file():
             raise JobNotFoundError(
                 f"No sweep named {name!r} in {self.root}. OptimizerClient().list_jobs() lists "
@@ -187,6 +286,7 @@ class LocalSweeps:
 
     def start(self, spec: eng.SweepSpec, template: eng.TrialTemplate) -> str:
         """Check the template, write the sweep's folder, start its driver; return the name."""
+        validate_sweep_name(spec.name, spec.num_trials)
         record = eng.new_record(spec, "local")
         first = record["trials"][0]
         client = self._client()
@@ -210,14 +310,9 @@ class LocalSweeps:
             record["cwd"] = cfg.cwd
             FileStore(d).save(record)
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-            package_root = str(Path(__file__).resolve().parents[2])
-            code = (
-                "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-                "from kf_jupyter.sweeps.driver import main; main(sys.argv[1])"
-            )
             with os.fdopen(sv.private_open(str(d / "driver.log"), flags), "ab") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-c", code, package_root, str(d)],
+                    driver_command("kf_jupyter.sweeps.driver", d),
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -255,8 +350,13 @@ class LocalSweeps:
             return True  # being started
         return sv.same_process(int(pid), rec.get("driver_create_time"))
 
-    def read(self, name: str) -> dict[str, Any]:
-        """The sweep's record (a driver gone without a word is said: `Failed`/`DriverLost`)."""
+    def read(self, name: str, curves: bool = False) -> dict[str, Any]:
+        """The sweep's record (a driver gone without a word is said: `Failed`/`DriverLost`);
+        with `curves`, each finished trial's curves under `history` (read from their files)."""
+        rec = self._read(name)
+        return read_curves(self.folder(name), rec) if curves else rec
+
+    def _read(self, name: str) -> dict[str, Any]:
         d = self.folder(name)
         rec = sv.read_json(str(d / "sweep.json"))
         if rec.get("status") in eng.SWEEP_TERMINAL or self._driver_alive(rec):

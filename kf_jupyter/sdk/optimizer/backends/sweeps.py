@@ -85,7 +85,7 @@ class SweepsBackend(RuntimeBackend):
 
     def get_sweep_record(self, name: str) -> dict[str, Any]:
         """kf-jupyter: the sweep's raw record (each trial's curve under `history`)."""
-        return self.sweeps.read(name)
+        return self.sweeps.read(name, curves=True)
 
     def get_job_logs(
         self,
