@@ -1215,22 +1215,38 @@ class KubeflowMagics(Magics):
             if args.start not in warm_pool.PRELOAD:
                 raise _fail(f"--start takes one of {', '.join(warm_pool.PRELOAD)}")
             self._guard(lambda: backend.prestart_pool(args.start))
-        from .render import POOL_HEADERS, pool_rows
+        from .render import POOL_HEADERS, pool_learned_lines, pool_rows
 
         pools = warm_pool.list_pools(backend.state_dir)
         state = "on" if self.warm else "off (%config KubeflowMagics.warm = True turns it on)"
         cfg = backend.config
         held = sum(warm_pool.pool_bytes(p) for p in pools if p.get("alive")) / 2**20
+        cap = warm_pool.effective_max_memory_mib(cfg.warm_max_memory_mib)
+        why_cap = (
+            f" ({warm_pool.CGROUP_SHARE:.0%} of the container's memory limit)"
+            if cap < cfg.warm_max_memory_mib
+            else ""
+        )
         print(
             f"kf-jupyter warm pool: {state}; pool processes end after "
             f"{cfg.warm_idle_seconds:.0f} s idle or with this kernel; at most "
-            f"{cfg.warm_max_pools} of them holding {cfg.warm_max_memory_mib:.0f} MiB together "
+            f"{cfg.warm_max_pools} of them holding {cap:.0f} MiB together{why_cap} "
             f"(now {held:.0f} MiB)."
         )
         self._table(
             POOL_HEADERS,
             pool_rows(pools),
             "No pool process runs (the next torch/JAX/XGBoost job starts one).",
+        )
+        learned = pool_learned_lines(pools)
+        if learned:
+            print("What each pool imports before it forks (learned: what its jobs imported):")
+            print("\n".join(learned))
+        print(
+            "Change: %config KubeflowMagics.warm = False (warm starts off), "
+            "%config KubeflowMagics.warm_prestart = False (no pools at %load_ext); "
+            "LocalBackendConfig(warm_idle_seconds=, warm_max_pools=, warm_max_memory_mib=) "
+            "for a TrainerClient of your own. `%kf_pool --stop` stops every pool now."
         )
         cold = warm_pool.recent_cold(backend.state_dir)
         if cold:

@@ -180,6 +180,36 @@ def pool_rows(pools: Sequence[dict[str, Any]]) -> list[list[str]]:
     ]
 
 
+def pool_learned_lines(pools: Sequence[dict[str, Any]], limit: int = 12) -> list[str]:
+    """What each running pool imports and why: its framework's modules, the modules it learned
+    from its jobs (and which job), and those it dropped (and why)."""
+    out = []
+    for p in pools:
+        if not p.get("alive"):
+            continue
+        learned = p.get("learned") or {}
+        mods = learned.get("modules") or {}
+        line = f"  {p.get('framework', '?')} pool {p.get('pid')}: preloads "
+        line += ", ".join(p.get("preload") or []) or "-"
+        if not mods:
+            line += "; nothing learned from jobs yet"
+        out.append(line)
+        jobs: dict[str, list[str]] = {}
+        for name in sorted(mods, key=lambda n: (-float(mods[n].get("seconds") or 0), n)):
+            jobs.setdefault(str(mods[name].get("job") or "?"), []).append(name)
+        for job, names in jobs.items():
+            shown = [
+                f"{n} ({float(mods[n]['seconds']):.1f} s)" if mods[n].get("seconds") else n
+                for n in names[:limit]
+            ]
+            more = f" and {len(names) - limit} more" if len(names) > limit else ""
+            out.append(f"    learned from job {job}: " + ", ".join(shown) + more)
+        for kind in ("bad", "skipped"):
+            for name, why in sorted((learned.get(kind) or {}).items())[:limit]:
+                out.append(f"    not imported: {name}: {why}")
+    return out
+
+
 RUNTIME_HEADERS = ("name", "framework", "policy", "nodes", "image", "note")
 
 

@@ -652,6 +652,9 @@ def exit_notice(code):
     counts it as ended, and its teardown (the forked pool's memory unmapped, a few ms) runs
     beside what comes next instead of before it. Never raises."""
     global _NOTICE
+    learn = sys.modules.get("kfj_warm_learn")  # what it imported beyond the pool (learn.py)
+    if learn is not None:
+        learn.record_exit(code)
     held, _NOTICE = _NOTICE, None
     if held is None:
         return

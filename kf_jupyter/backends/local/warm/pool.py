@@ -85,7 +85,8 @@ def _import_env(framework: str, env: Mapping[str, str]) -> dict[str, str]:
     elif framework == "xgboost":
         prefixes = (*prefixes, "OMP_")
     elif framework == "torch":
-        prefixes = (*prefixes, "TORCH_")
+        # TORCHDYNAMO_*/TORCHINDUCTOR_*: read when torch._dynamo is imported (a learned module)
+        prefixes = (*prefixes, "TORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_")
     return {
         k: v
         for k, v in env.items()
@@ -181,6 +182,53 @@ def pool_key(python: str, framework: str, env: Mapping[str, str]) -> str:
         sort_keys=True,
     )
     return f"{framework}-{hashlib.sha256(data.encode()).hexdigest()[:16]}"
+
+
+#: The share of the container's memory limit (cgroup) the pools may hold together.
+CGROUP_SHARE = 0.25
+_CGROUP_UNLIMITED = 2**60
+
+
+def cgroup_memory_limit_bytes(root: str = "/sys/fs/cgroup") -> int | None:
+    """This process's cgroup memory limit (v2 `memory.max`, else v1
+    `memory.limit_in_bytes`, of its own cgroup, then of the root), or None without one."""
+    own_v2 = own_v1 = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/cgroup", encoding="utf-8") as fh:
+            for line in fh:
+                hier, _, rest = line.strip().partition(":")
+                controllers, _, path = rest.partition(":")
+                if hier == "0" and not controllers:
+                    own_v2 = path
+                elif "memory" in controllers.split(","):
+                    own_v1 = path
+    candidates = [
+        os.path.join(root, own_v2.lstrip("/"), "memory.max"),
+        os.path.join(root, "memory.max"),
+        os.path.join(root, "memory", own_v1.lstrip("/"), "memory.limit_in_bytes"),
+        os.path.join(root, "memory", "memory.limit_in_bytes"),
+    ]
+    for path in candidates:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        if text.isdigit():
+            value = int(text)
+            return value if 0 < value < _CGROUP_UNLIMITED else None
+    return None
+
+
+def effective_max_memory_mib(configured: float, root: str = "/sys/fs/cgroup") -> float:
+    """`warm_max_memory_mib`, lowered to CGROUP_SHARE of the container's memory limit when
+    there is one (a 2 GiB JupyterHub server: 512 MiB for the pools)."""
+    limit = cgroup_memory_limit_bytes(root)
+    if limit is None:
+        return float(configured)
+    return min(float(configured), limit * CGROUP_SHARE / 2**20)
 
 
 def _read_meta(path: Path) -> dict[str, Any] | None:
@@ -280,6 +328,7 @@ def ensure_started(
     max_memory_mib: float = DEFAULT_MAX_MEMORY_MIB,
 ) -> bool:
     """Start the pool process unless it runs; True if it runs already (it may still import)."""
+    max_memory_mib = effective_max_memory_mib(max_memory_mib)
     d = pool.meta.parent
     lock = os.open(d / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -297,6 +346,12 @@ def ensure_started(
             max_pools - 1,
             (max_memory_mib - NEW_POOL_MIB.get(pool.framework, 300.0)) * 2**20,
         )
+        others = sum(
+            pool_bytes(p)
+            for p in list_pools(pool.meta.parent.parent)
+            if p.get("alive") and p.get("key") != pool.key
+        )
+        budget_mib = max(0.0, max_memory_mib - others / 2**20)
         zenv = {k: v for k, v in os.environ.items() if not k.startswith("KF_JUPYTER_")}
         for k in list(zenv):
             if k in _import_env(pool.framework, zenv):
@@ -326,6 +381,7 @@ def ensure_started(
                     str(owner),
                     owner_ct or "none",
                     repr(float(idle_seconds)),
+                    repr(budget_mib),  # what it may grow to with learned imports (learn.py)
                 ],
                 env=zenv,
                 cwd=str(d),
@@ -364,6 +420,7 @@ def _reap_later(proc: subprocess.Popen[bytes]) -> None:
 
 def has_room(state_dir: Path, framework: str, max_pools: int, max_memory_mib: float) -> bool:
     """Another pool of `framework` would fit under the caps without stopping one."""
+    max_memory_mib = effective_max_memory_mib(max_memory_mib)
     alive = [p for p in list_pools(state_dir) if p.get("alive")]
     held = sum(pool_bytes(p) for p in alive)
     new = NEW_POOL_MIB.get(framework, 300.0) * 2**20
@@ -508,6 +565,9 @@ def list_pools(state_dir: Path) -> list[dict[str, Any]]:
             "spare_processes": 0,
             "spare_pss_bytes": None,
             "family_pss_bytes": None,
+            # What it imports beyond its framework, learned from its jobs (learn.py).
+            "preload": list(meta.get("preload") or PRELOAD.get(meta_path.stem.split("-")[0], ())),
+            "learned": learned_of(meta_path),
         }
         with contextlib.suppress(OSError):
             info["mtime"] = meta_path.stat().st_mtime
@@ -526,6 +586,14 @@ def list_pools(state_dir: Path) -> list[dict[str, Any]]:
                 _spares_of(p, meta, info, pss)
         out.append(info)
     return out
+
+
+def learned_of(meta_path: Path) -> dict[str, Any]:
+    """What a pool key learned from its jobs (`<key>.learned`, JSON; learn.py): {"modules":
+    {name: {"job", "time", "seconds"}}, "bad": {name: why}, "skipped": {name: why}}."""
+    path = meta_path.with_suffix(".learned")
+    data = _read_meta(path) or {}
+    return {k: dict(data.get(k) or {}) for k in ("modules", "bad", "skipped")}
 
 
 def _spares_of(pool: Any, meta: Mapping[str, Any], info: dict[str, Any], pss: int | None) -> None:

@@ -1,6 +1,6 @@
 """The warm fork server (standard library only; run by path with the job's interpreter).
 
-    python zygote.py SOCKET META PRELOAD OWNER_PID OWNER_CREATE_TIME IDLE_SECONDS
+    python zygote.py SOCKET META PRELOAD OWNER_PID OWNER_CREATE_TIME IDLE_SECONDS [BUDGET_MIB]
 
 It imports the modules of PRELOAD (comma separated: `torch,torch.distributed`), then listens on
 the Unix socket SOCKET (created owner-only, in an owner-only folder; peers of another user are
@@ -56,6 +56,8 @@ MAX_SPARE_NODES = 2
 MAX_SPARE_RANKS = 4
 #: A spare taken while nodes still run is replaced this long after the last launch at the latest.
 REFILL_SECONDS = 2.0
+#: A running pool imports what its jobs learned once no node has run for this long.
+LEARN_IDLE_SECONDS = 1.0
 
 
 def _subreaper():
@@ -219,13 +221,17 @@ def cuda_initialised(maps=True):
     return None
 
 
-def _load_agent():
+def _load_by_path(name, filename):
     here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location("kfj_warm_agent", os.path.join(here, "agent.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(here, filename))
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # a rank's runner finds `exit_notice` there (agent.py)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _load_agent():
+    return _load_by_path("kfj_warm_agent", "agent.py")
 
 
 def _alive(pid, create_time):
@@ -269,7 +275,7 @@ def _recv_header(agent, conn):
 class Zygote:
     """The server loop: accept launches, fork, report exits."""
 
-    def __init__(self, sock_path, meta_path, preload, owner, owner_ct, idle):
+    def __init__(self, sock_path, meta_path, preload, owner, owner_ct, idle, budget=None):
         self.sock_path = sock_path
         self.meta_path = meta_path
         self.preload = preload
@@ -293,6 +299,10 @@ class Zygote:
         self.want_nodes = 1  # spares kept: the last job's nodes (capped)
         self.want_ranks = 1 if any(m.split(".")[0] == "torch" for m in preload) else 0
         self.last_launch = 0.0
+        # What the pool learns from its jobs' imports (learn.py): its memory budget in bytes.
+        self.budget = float("inf") if budget is None else budget * 2**20
+        self.learn = None
+        self.learned = None
 
     def _write_meta(self, state):
         meta = {
@@ -305,7 +315,9 @@ class Zygote:
             "started": self.started,
             "socket": self.sock_path,
             "spares": [pid for pid, _sock, _ranks in self.spares],
-        }
+            "learned": sorted(n for n in (self.learned.modules if self.learned else {})
+                              if n in sys.modules),
+        }  # fmt: skip
         tmp = f"{self.meta_path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -320,10 +332,13 @@ class Zygote:
         for name in self.preload:
             importlib.import_module(name)
         # What the imports put in the environment (jax sets TF_CPP_MIN_LOG_LEVEL, ...): a cold
-        # process gets it from its own imports, so every child gets it too.
+        # process gets it from its own imports, so every child gets it too. Not what learned
+        # imports set: a cold rank that does not import them has none of it (learn.py).
         set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v}
+        self._import_learned(at_start=True)
         self.agent = _load_agent()
         self.agent.prepare_parent(self.preload, set_by_imports)
+        self.learn.prepare(self.learned.log, self.learned.known())
         self.cuda_why = cuda_initialised()
         # Bind under a temporary name and rename: a shim never sees a socket nobody listens on.
         tmp = f"{self.sock_path}.{os.getpid()}.tmp"
@@ -352,6 +367,7 @@ class Zygote:
         try:
             while not self.stopping:
                 self._reap()
+                self._learn_when_idle()
                 self._refill()
                 now = time.monotonic()
                 if self.children and now - last_snapshot >= SNAPSHOT_SECONDS:
@@ -411,7 +427,9 @@ class Zygote:
             return
         conn.settimeout(None)
         try:
-            why = self.agent.unsupported(header)
+            why = self.agent.unsupported(header) or self.learn.shadowed(
+                header, self.learned.modules
+            )
         except Exception as exc:  # a bug here must not take the pool down
             why = f"the warm path could not read the command ({exc!r})"
         cuda = self.cuda_why or cuda_initialised(maps=False)
@@ -459,6 +477,64 @@ class Zygote:
             self._write_meta("ready")  # before the reply: the pool reads as busy from now on
         reply = {"pid": pid, "warm": True, "zygote": os.getpid(), "served": self.served, **how}
         _send(conn, reply)
+
+    # ------------------------------------------------------------ learned imports
+
+    def _import_learned(self, at_start=False):
+        """Import what earlier jobs' ranks imported beyond the pool (learn.py), one module at a
+        time; a running pool stops between two modules when a launch arrives (the rest waits
+        for the next idle spell). A module that started a thread or CUDA is remembered as bad
+        and the pool process starts again without it."""
+        if self.learn is None:
+            self.learn = _load_by_path("kfj_warm_learn", "learn.py")
+            self.learn.mark_framework()
+            self.learned = self.learn.Learned(self.meta_path)
+        self.learned.take()
+        names = self.learned.pending()
+        done = 0
+        for name in names:
+            if not at_start and select.select([self.listener], [], [], 0)[0]:
+                break  # a launch is waiting: serve it first
+            taint = self.learned.import_one(name, self.budget, cuda_initialised)
+            done += 1
+            if taint:
+                self.learned.save()
+                self._restart()
+        self.learned.save()
+        return done
+
+    def _learn_when_idle(self):
+        """A running pool imports what its jobs learned once no node runs, a second after the
+        last one ended (its spares, forked before, are replaced)."""
+        if self.children or self.ending or self.learned is None or self.cuda_why:
+            return
+        if time.monotonic() - self.last_active < LEARN_IDLE_SECONDS:
+            return
+        if not self.learned.log_changed():
+            return
+        if not self.learned.take() and not self.learned.pending():
+            return
+        self._kill_spares()
+        with contextlib.suppress(OSError):
+            self._write_meta("learning")
+        if self._import_learned():
+            self.agent._skip_import_finalizers(self.preload)
+            self.learn.prepare(self.learned.log, self.learned.known())
+        self.last_active = time.monotonic()
+        with contextlib.suppress(OSError):
+            self._write_meta("ready")
+
+    def _restart(self):
+        """Start this pool process again (the same arguments), without what it imported."""
+        self._kill_spares()
+        if self.listener is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.sock_path)
+            self.listener.close()
+        sys.stdout.write("kf-jupyter warm pool: restarting without a learned module that is bad\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, *sys.argv])
 
     # ------------------------------------------------------------ forked ahead
 
@@ -704,6 +780,7 @@ class Zygote:
 def main(argv):
     """Entry point (see the module docstring)."""
     sock_path, meta_path, preload, owner, owner_ct, idle = argv[1:7]
+    budget = float(argv[7]) if len(argv) > 7 else None
     os.umask(0o077)
     z = Zygote(
         sock_path,
@@ -712,6 +789,7 @@ def main(argv):
         int(owner),
         float(owner_ct) if owner_ct not in ("", "none") else None,
         float(idle),
+        budget,
     )
     try:
         z.serve()
