@@ -48,3 +48,41 @@ def test_jax_initialize_without_arguments_on_a_cluster(shell, capsys, kube):  # 
     result, out, err = run(shell, capsys, cell)
     assert result.success, out + err
     assert shell.user_ns["job"].result == {"processes": 2, "sum": 3.0}
+
+
+def test_hydra_program_finds_its_config_on_a_cluster(shell, capsys, kube, tmp_path, monkeypatch):  # noqa: F811
+    """Issue 39: the script's code carries its path in the job's unpacked workspace, so
+    Hydra's config_path="." finds the config shipped next to it."""
+    pytest.importorskip("hydra")
+    from .test_scripts import hydra_folder
+
+    hydra_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    line = f"%torchtrain gpt/main.py -n 1 -p 2 {kube} --timeout 280 -- trainer_config.max_epochs=2"
+    result, out, err = run(shell, capsys, line)
+    assert result.success, out + err
+    for rank in (0, 1):
+        assert f"RANK {rank} EPOCHS 2 CODE " in out, out + err
+    code = out.split("RANK 0 EPOCHS 2 CODE ", 1)[1].split()[0]
+    assert code.endswith("/gpt/main.py") and "kf_func" not in code
+
+
+def test_mpitrain_says_the_world_at_submit_on_a_cluster(shell, capsys, kube):  # noqa: F811
+    result, out, err = run(shell, capsys, f"%%mpitrain -n 1 -p 2 {kube} --no-wait\nprint(1)\n")
+    assert result.success, out + err
+    assert "this job runs 4 processes, not 1 node × 2 processes = 2" in out, out + err
+
+
+def test_a_sweeps_trials_keep_their_arguments_on_a_cluster(shell, capsys, kube):  # noqa: F811
+    from .test_sweep_magic import KATIB_SCRIPT
+
+    cell = (
+        f"%%torchtrain --sweep 'epochs=choice(3)' --algorithm grid {kube} --timeout 280 "
+        f"-o sweep -- --batch-size=16\n{KATIB_SCRIPT}"
+    )
+    result, out, err = run(shell, capsys, cell)
+    assert result.success, out + err
+    name = shell.user_ns["sweep"]
+    client = shell.kf.client("kubernetes", kube.split()[-1])
+    logs = "\n".join(client.get_job_logs(f"{name}-trial-1"))
+    assert "ARGV ['cell.py', '--batch-size=16', '--epochs=3']" in logs, logs
