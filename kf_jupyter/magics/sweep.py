@@ -285,13 +285,22 @@ def _dry_run(plan: SweepPlan, backend: str, runtime: str, argv: list[str], scrip
     names = list(plan.names)
     way = "minimize" if plan.direction == MINIMIZE else "maximize"
     algo = f"{plan.algorithm} search" + (f", seed {seed}" if plan.algorithm == "random" else "")
-    what = f"{argv[0]}" if script else f"the cell with {', '.join(names)} as arguments (strings)"
+    envs = ", ".join("KUBEFLOW_TRAINER_OPT_" + n.upper() for n in names)
+    what = (
+        f"{argv[0]} with {envs}"
+        if script
+        else f"the cell with {', '.join(names)} as arguments (strings) and as {envs}"
+    )
+    argv_text = ""
+    if len(argv) > 1:
+        argv_text = (
+            f"; its sys.argv is {shlex.join(argv)} (each ${{trialParameters.NAME}} the trial's "
+            "value)"
+        )
     head = (
         f"Sweep (dry run): {len(trials)} trials, {plan.parallel} at a time, {way} "
-        f"{plan.metric}, {algo}, on {backend}, runtime {runtime}. Each trial runs {what} and "
-        f"has {', '.join('KUBEFLOW_TRAINER_OPT_' + n.upper() for n in names)} in its "
-        f"environment; its sys.argv is {shlex.join(argv)} (with the trial's value for each "
-        "${trialParameters.NAME})." + chosen
+        f"{plan.metric}, {algo}, on {backend}, runtime {runtime}. Each trial runs {what} in "
+        f"its environment{argv_text}." + chosen
     )
     space = "; ".join(f"{p.name}: {p.text()}" for p in plan.params)
     from ..widgets.compare import text_table
