@@ -48,6 +48,7 @@ from ..constants import (
 )
 from ..errors import JobNotFoundError, KFJupyterError, ValidationError
 from . import engine as eng
+from .fit import RECORD_MAX_BYTES, fit_record
 
 RECORD_LABEL = "kf-jupyter.io/sweep-record"
 CANCEL_ANNOTATION = "kf-jupyter.io/sweep-cancel"
@@ -67,8 +68,10 @@ GIVE_UP_SECONDS = 300.0
 #: A running trial's log is re-read whole for its curve; on a cluster each read is a pod list
 #: and a log request per pod, so the driver does it every 5 s (the engine's default is 1 s).
 LIVE_READ_SECONDS = 5.0
-#: A ConfigMap holds at most 1 MiB; the record's curves are thinned to stay below this.
-RECORD_MAX_BYTES = 900_000
+#: Set by the driver when the API server refuses its record (the reason): readers say
+#: `Failed` / `RecordRefused` at once rather than `DriverLost` minutes later.
+REFUSED_ANNOTATION = "kf-jupyter.io/sweep-record-refused"
+REASON_RECORD_REFUSED = "RecordRefused"
 #: The resource the Trainer's (post-v2.3.0, controller-less) OptimizationJob CRD serves.
 OPTIMIZATIONJOB_PLURAL = "optimizationjobs"
 #: Where the driver's hand-over files and log live: `<local state dir>/kube-sweeps/<ns>/<name>`.
@@ -103,28 +106,6 @@ def why_client_runs_trials(served: bool) -> str:
     )
 
 
-def fit_record(record: dict[str, Any], limit: int = RECORD_MAX_BYTES) -> str:
-    """The record as JSON of at most about `limit` bytes: the trials' curves are thinned
-    (every other point, keeping the last) until it fits; summaries are never dropped."""
-    text = json.dumps(record, separators=(",", ":"))
-    if len(text) <= limit:
-        return text
-    rec = copy.deepcopy(record)
-    for _ in range(12):
-        for trial in rec.get("trials") or []:
-            for series in (trial.get("history") or {}).values():
-                values, steps = series.get("values") or [], series.get("steps") or []
-                if len(values) > 2:
-                    keep = list(range(len(values) - 1, -1, -2))[::-1]
-                    series["values"] = [values[i] for i in keep]
-                    series["steps"] = [steps[i] for i in keep] if len(steps) == len(values) else []
-        rec["history_thinned"] = True
-        text = json.dumps(rec, separators=(",", ":"))
-        if len(text) <= limit:
-            break
-    return text
-
-
 class ConfigMapStore:
     """`engine.SweepStore` on the sweep's ConfigMap (the driver's side).
 
@@ -139,6 +120,8 @@ class ConfigMapStore:
         self.cancelled = threading.Event()
         self.gone = False
         self._beat = 0.0
+        #: The most bytes of record it writes (`fit.fit_record`).
+        self.limit = RECORD_MAX_BYTES
 
     def _call(self, fn: Any, *args: Any) -> Any:
         from ..backends.kubernetes.errors import retryable
@@ -164,15 +147,33 @@ class ConfigMapStore:
         self._beat = _now()
         patch = {
             "metadata": {"annotations": {HEARTBEAT_ANNOTATION: _iso(self._beat)}},
-            "data": {RECORD_KEY: fit_record(record)},
+            "data": {RECORD_KEY: fit_record(record, self.limit)},
         }
         try:
             self._call(
                 self.api.core.patch_namespaced_config_map, self.name, self.api.namespace, patch
             )
-        except Exception:
-            if not self.gone:
-                raise
+        except Exception as exc:
+            if self.gone:
+                return
+            if getattr(exc, "status", None) in (413, 422):
+                raise self._refused(exc) from None
+            raise
+
+    def _refused(self, exc: Any) -> Exception:
+        """The API server refused the record: say so on the ConfigMap (an annotation, small
+        enough to pass) so readers show `Failed` / `RecordRefused` at once; the error the
+        driver stops with."""
+        why = _api_message(exc)
+        message = (
+            f"The API server refused the sweep's record ({getattr(exc, 'status', '?')}: {why}), "
+            "so its driver stopped: no more trials start. Trials already running go on; "
+            "delete the sweep to stop them."
+        )
+        note = {"metadata": {"annotations": {REFUSED_ANNOTATION: message}}}
+        with contextlib.suppress(Exception):
+            self.api.core.patch_namespaced_config_map(self.name, self.api.namespace, note)
+        return KFJupyterError(message)
 
     def cancel_requested(self) -> bool:
         """A SIGTERM, the cancel annotation, or the record deleted (read every look; the
@@ -221,6 +222,16 @@ class PatientClient:
                     raise
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
+
+
+def _api_message(exc: Any) -> str:
+    """The API server's one-line reason in a refusal (its Status message), cut short."""
+    body = getattr(exc, "body", None)
+    text = ""
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        text = str(json.loads(body).get("message") or "")
+    text = text or str(getattr(exc, "reason", "") or exc)
+    return " ".join(text.split())[:500]
 
 
 def _iso(t: float) -> str:
@@ -282,6 +293,11 @@ class KubernetesSweeps:
         rec: dict[str, Any] = json.loads((cm.get("data") or {}).get(RECORD_KEY) or "{}")
         notes = cm.get("metadata", {}).get("annotations") or {}
         if rec.get("status") in eng.SWEEP_TERMINAL:
+            return rec
+        if notes.get(REFUSED_ANNOTATION):
+            rec.update(
+                status=eng.FAILED, reason=REASON_RECORD_REFUSED, message=notes[REFUSED_ANNOTATION]
+            )
             return rec
         beat = _parse_iso(notes.get(HEARTBEAT_ANNOTATION))
         if beat is not None and _now() - beat > DRIVER_LOST_SECONDS:
@@ -484,6 +500,7 @@ def main(folder: str) -> None:
 __all__ = [
     "CANCEL_ANNOTATION",
     "RECORD_LABEL",
+    "REFUSED_ANNOTATION",
     "ConfigMapStore",
     "KubernetesSweeps",
     "cancel_trial",

@@ -1,0 +1,125 @@
+"""A cluster sweep's record past a ConfigMap's 1 MiB (issue 38), against the real API server of
+the harness: thousands of trials (one in five failed, with its message) fit, and say so; a
+record the API server refuses (422) reads `Failed` / `RecordRefused` at once, with its reason,
+instead of `DriverLost` two minutes later."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
+from kf_jupyter.errors import KFJupyterError
+from kf_jupyter.sdk.optimizer import Search
+from kf_jupyter.sweeps import engine as eng
+from kf_jupyter.sweeps import fit
+from kf_jupyter.sweeps import kubernetes as ks
+from kf_jupyter.sweeps.space import parse_space
+
+SPACE = {"lr": Search.loguniform(1e-4, 1e-1), "width": Search.choice(["8", "16", "32"])}
+
+
+def big_record(name: str, n: int, points: int = 50, running: int = 3) -> dict[str, Any]:
+    """A sweep of `n` trials as its driver holds it near the end: one in five failed with a
+    long message, the others succeeded with a curve; the last `running` still run."""
+    spec = eng.SweepSpec(name=name, params=parse_space(SPACE), num_trials=n, seed=1)
+    rec = eng.new_record(spec, "kubernetes")
+    rec["status"] = eng.RUNNING
+    for i, t in enumerate(rec["trials"]):
+        t["submitted"] = eng.now_iso()
+        if i >= n - running:
+            t.update(status=eng.TRIAL_RUNNING, job_status="Running")
+        elif i % 5 == 4:
+            message = f"ValueError: lr {t['parameters']['lr']} diverged " + "at step 9; " * 90
+            t.update(status=eng.TRIAL_FAILED, reason="Error", message=message)
+            t.update(job_status="Failed", finished=eng.now_iso())
+        else:
+            values = [repr(1 / (k + i + 1)) for k in range(points)]
+            summary = {"min": values[-1], "max": values[0], "latest": values[-1]}
+            t.update(status=eng.SUCCEEDED, reason="Succeeded", job_status="Complete")
+            t.update(metrics={"loss": summary}, objective=float(values[-1]))
+            t.update(history={"loss": {"values": values, "steps": list(range(points))}})
+            t["finished"] = eng.now_iso()
+    best = eng.best_trial(rec)
+    rec["best_trial"] = best["name"] if best else None
+    return rec
+
+
+@pytest.mark.parametrize("n", [2_000, 10_000])
+def test_a_record_of_any_trial_count_fits_and_says_so(n: int) -> None:
+    rec = big_record("sw-big", n)
+    assert len(json.dumps(rec)) > 2 * fit.RECORD_MAX_BYTES
+    out = json.loads(fit.fit_record(rec))
+    assert len(json.dumps(out, separators=(",", ":"))) <= fit.RECORD_MAX_BYTES
+    kept = {t["name"]: t for t in out["trials"]}
+    assert out["best_trial"] in kept and kept[out["best_trial"]]["history"]["loss"]["values"]
+    assert all(kept[t["name"]]["status"] == "Running" for t in rec["trials"][-3:])
+    assert sum(out["trials_omitted"].values()) + len(kept) == n
+    assert f"{n} trials do not fit" in out["record_limited"]
+    assert out["events"][-1]["reason"] == "RecordLimited"
+    assert len(rec["trials"]) == n and rec["trials"][0]["history"]  # the driver's stays whole
+
+
+@pytest.fixture
+def sweeps(k8s_cluster: Any, k8s_admin_kubeconfig: str, k8s_namespace: str, tmp_path, monkeypatch):
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(tmp_path / "state"))
+    return ks.KubernetesSweeps(
+        KubernetesBackendConfig(namespace=k8s_namespace, config_file=k8s_admin_kubeconfig)
+    )
+
+
+def _create(sweeps: ks.KubernetesSweeps, record: dict[str, Any]) -> ks.ConfigMapStore:
+    """The sweep's ConfigMap as `KubernetesSweeps.start` creates it (the first record small)."""
+    name = record["name"]
+    first = dict(record, trials=record["trials"][:1])
+    sweeps.api.core.create_namespaced_config_map(
+        sweeps.namespace,
+        {
+            "metadata": {
+                "name": name,
+                "labels": {ks.RECORD_LABEL: name},
+                "annotations": {ks.HEARTBEAT_ANNOTATION: ks._iso(ks._now())},
+            },
+            "data": {ks.RECORD_KEY: json.dumps(first)},
+        },
+    )
+    return ks.ConfigMapStore(sweeps.api, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2_500, 6_000])
+def test_thousands_of_trials_fit_the_configmap_on_the_api_server(sweeps, n: int) -> None:
+    """The driver's save of thousands of trials (one in five failed, with its message) is
+    accepted by the API server; readers see the best and running trials and the note."""
+    record = big_record(f"sw-many-{n}", n)
+    store = _create(sweeps, record)
+    store.save(record)  # a 422 here was the old behaviour past ~2,000 trials
+    read = sweeps.read(record["name"])
+    assert read["status"] == "Running"
+    assert f"{n} trials do not fit" in read["record_limited"]
+    names = [t["name"] for t in read["trials"]]
+    assert read["best_trial"] == record["best_trial"] and record["best_trial"] in names
+    assert names[-3:] == [t["name"] for t in record["trials"][-3:]]
+    assert sum(read["trials_omitted"].values()) + len(names) == n
+    assert any(e["reason"] == "RecordLimited" for e in read["events"])
+    (listed,) = sweeps.list()
+    assert listed["name"] == record["name"]
+
+
+@pytest.mark.slow
+def test_a_refused_record_is_reported_not_a_silent_driver_lost(sweeps) -> None:
+    """A record the API server refuses (here: fitted to 1.5 MB, past the ConfigMap's 1 MiB)
+    stops the driver with the server's reason, and readers see it at once."""
+    record = big_record("sw-refused", 6_000)
+    store = _create(sweeps, record)
+    store.limit = 1_500_000
+    with pytest.raises(KFJupyterError, match="The API server refused the sweep's record"):
+        store.save(record)
+    read = sweeps.read("sw-refused")
+    assert (read["status"], read["reason"]) == ("Failed", "RecordRefused")
+    assert "422" in read["message"] and "no more trials start" in read["message"]
+    assert "1048576" in read["message"] or "Too long" in read["message"], read["message"]
+    sweeps.delete("sw-refused")
+    assert sweeps.list() == []
