@@ -116,6 +116,14 @@ CODE = textwrap.dedent(
 )
 
 
+@pytest.mark.reliability(
+    scenario="installed plugins that exit at import (argparse: SystemExit 2; another "
+    "BaseException) or take IPython's magic names (%time, %%writefile, %run, %load_ext, %ls): "
+    "%load_ext kf_jupyter, the runtime list and --dry-run work; one warning naming the package "
+    "each; IPython's magics stay IPython's",
+    area="hostile",
+    tries=1,
+)
 def test_load_ext_runtimes_and_dry_run_survive_hostile_plugins(tmp_path) -> None:
     """In a fresh interpreter, as a notebook's kernel: `%load_ext kf_jupyter`, the runtime list
     and `--dry-run` work; each hostile plugin is one warning naming its package; IPython's magics

@@ -41,7 +41,16 @@ def _finished(trial: dict[str, Any], i: int) -> None:
     )
 
 
-def test_a_thousand_trials_with_long_curves_save_and_read_fast(state: Path) -> None:  # noqa: F811
+@pytest.mark.reliability(
+    scenario="a local sweep of 1,000 trials with 2,000-point curves: sweep.json under 1 MB, each "
+    "save bounded, get_job and list_jobs fast, every curve still readable",
+    area="local",
+    tries=1,
+)
+def test_a_thousand_trials_with_long_curves_save_and_read_fast(
+    state: Path,  # noqa: F811
+    record_property: Any,
+) -> None:
     """1,000 trials with 2,000-point curves, saved after each trial as the driver does: each
     save stays small and fast, the record under a megabyte, get_job and list_jobs fast, and
     every curve still readable (get_sweep_record)."""
@@ -79,6 +88,10 @@ def test_a_thousand_trials_with_long_curves_save_and_read_fast(state: Path) -> N
     took_list = time.perf_counter() - start
     assert len(job.trials) == len(listed.trials) == TRIALS
     assert took_get < 3.0 and took_list < 3.0, (took_get, took_list)
+    record_property("sweep_json_bytes", size)
+    record_property("slowest_save_s", round(slowest, 3))
+    record_property("get_job_s", round(took_get, 2))
+    record_property("list_jobs_s", round(took_list, 2))
     raw = client.backend.get_sweep_record(spec.name)
     curve = raw["trials"][TRIALS - 1]["history"]["loss"]
     assert len(curve["values"]) == mx.MAX_POINTS
@@ -97,7 +110,16 @@ def chatty() -> None:
     print("loss=0.125", flush=True)
 
 
-def test_the_driver_streams_a_trial_s_log(state: Path, tmp_path: Path) -> None:  # noqa: F811
+@pytest.mark.reliability(
+    scenario="a trial that prints a 30 MB log: the sweep driver reads its metric with a few MiB",
+    area="local",
+    tries=1,
+)
+def test_the_driver_streams_a_trial_s_log(
+    state: Path,  # noqa: F811
+    tmp_path: Path,
+    record_property: Any,
+) -> None:
     """The driver reads a finished trial's 30 MB log for its metrics without holding it."""
     from kf_jupyter.client import TrainerClient
 
@@ -117,6 +139,7 @@ def test_the_driver_streams_a_trial_s_log(state: Path, tmp_path: Path) -> None: 
     finally:
         tracemalloc.stop()
     assert log.summaries()["loss"]["latest"] == "0.125"
+    record_property("peak_mib", round(peak / 2**20, 1))
     assert peak < 20 * 2**20, f"reading the log took {peak / 2**20:.0f} MiB"
 
 
@@ -131,6 +154,12 @@ SHADOWS = {
 }
 
 
+@pytest.mark.reliability(
+    scenario="a copy.py and a json.py beside the notebook: the sweep's driver starts isolated "
+    "(python -I) and the sweep completes",
+    area="local",
+    tries=1,
+)
 def test_a_copy_py_beside_the_notebook_does_not_break_the_driver(
     state: Path,  # noqa: F811
     tmp_path: Path,
@@ -180,6 +209,12 @@ def test_both_drivers_start_isolated_from_the_notebook_folder(tmp_path: Path, mo
 LONG = "a" * 5_000
 
 
+@pytest.mark.reliability(
+    scenario="a 5,000-character sweep name to get_job, delete_job, get_best_results, cancel_job: "
+    "a one-paragraph ValidationError with the naming rule, no OSError",
+    area="hostile",
+    tries=1,
+)
 @pytest.mark.parametrize("call", ["get_job", "delete_job", "get_best_results", "cancel_job"])
 def test_a_5000_character_sweep_name_is_a_clear_error(tmp_path: Path, call: str) -> None:
     client = OptimizerClient(LocalBackendConfig(state_dir=tmp_path / "state"))

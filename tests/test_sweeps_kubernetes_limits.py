@@ -89,6 +89,13 @@ def _create(sweeps: ks.KubernetesSweeps, record: dict[str, Any]) -> ks.ConfigMap
 
 
 @pytest.mark.slow
+@pytest.mark.reliability(
+    scenario="a cluster sweep's record of 2,500 and 6,000 trials (one in five failed, with its "
+    "message) saved by the driver: accepted by the API server (ConfigMap under 1 MiB), best and "
+    "running trials kept, the record says it was limited",
+    area="kubernetes",
+    tries=1,
+)
 @pytest.mark.parametrize("n", [2_500, 6_000])
 def test_thousands_of_trials_fit_the_configmap_on_the_api_server(sweeps, n: int) -> None:
     """The driver's save of thousands of trials (one in five failed, with its message) is
@@ -109,6 +116,12 @@ def test_thousands_of_trials_fit_the_configmap_on_the_api_server(sweeps, n: int)
 
 
 @pytest.mark.slow
+@pytest.mark.reliability(
+    scenario="the API server refuses a sweep's record (422, past 1 MiB): the sweep reads "
+    "Failed/RecordRefused with the server's reason at once, not DriverLost two minutes later",
+    area="kubernetes",
+    tries=1,
+)
 def test_a_refused_record_is_reported_not_a_silent_driver_lost(sweeps) -> None:
     """A record the API server refuses (here: fitted to 1.5 MB, past the ConfigMap's 1 MiB)
     stops the driver with the server's reason, and readers see it at once."""
