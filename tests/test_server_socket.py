@@ -217,3 +217,126 @@ def test_socket_refuses_without_token_and_from_another_origin(
     assert run(code({"Cookie": cookie, "Origin": "http://evil.example"})) == 403
     assert run(code({"Cookie": cookie, "Origin": host})) == 101
     assert run(code({"Authorization": f"token {token}"})) == 101
+
+
+def _get_jobs_ms(port: int, base_url: str, token: str) -> float:
+    """How long one `GET jobs` takes (ms), measured by a client off the server's loop."""
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://localhost:{port}{base_url}kf-jupyter/api/jobs",
+        headers={"Authorization": f"token {token}"},
+    )
+    start = time.monotonic()
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+        resp.read()
+    return (time.monotonic() - start) * 1000
+
+
+@pytest.mark.reliability(
+    scenario="one page follows 1,024 job records and a 150-trial sweep's 300 subscriptions over "
+    "its socket: none refused, every one answered, and GET jobs stays fast",
+    area="server",
+)
+def test_a_page_follows_any_number_of_jobs_and_get_jobs_stays_fast(
+    jp_serverapp: Any,
+    jp_ws_fetch: Any,
+    jp_asyncio_loop: Any,
+    jp_http_port: int,
+    jp_base_url: str,
+    jobs: tuple[str, str],
+) -> None:
+    """Failed before (issue 38): a page's 257th subscription was refused (a 150-trial sweep
+    view lost 44), and each job subscription polled its job on its own: 1,024 of them queued
+    every API thread and GET jobs took seconds."""
+    quiet, loud = jobs
+    token = jp_serverapp.identity_provider.token
+
+    async def scenario() -> None:
+        ws = await jp_ws_fetch("kf-jupyter", "api", "stream")
+        for i in range(1024):
+            ws.write_message(json.dumps({"op": "job", "id": f"j{i}", "job": quiet}))
+        for i in range(150):  # a sweep view: each trial's record and log
+            ws.write_message(json.dumps({"op": "job", "id": f"tj{i}", "job": loud}))
+            ws.write_message(json.dumps({"op": "logs", "id": f"tl{i}", "job": loud}))
+        want = {*(f"j{i}" for i in range(1024)), *(f"tj{i}" for i in range(150))}
+        got = await _until(
+            ws,
+            lambda g: (
+                {m["id"] for m in g if m["type"] == "job"} >= want
+                or any(m["type"] == "error" for m in g)
+            ),
+        )
+        assert not [m for m in got if m["type"] == "error"], got[:3]
+        loop = asyncio.get_running_loop()
+        took = []
+        for _ in range(5):  # while all of them are followed
+            took.append(await loop.run_in_executor(None, _get_jobs_ms, jp_http_port,
+                                                   jp_base_url, token))  # fmt: skip
+            await asyncio.sleep(0.3)
+        print("GET jobs ms while 1,024 + 300 subscriptions are followed:", took)
+        assert sorted(took)[2] < 1000, took
+        # Every trial's log is answered in full (a page's few slots at a time), none lost.
+        got += await _until(
+            ws, lambda g: len({m["id"] for m in got + g if m["type"] == "end"}) >= 150
+        )
+        ended = {m["id"] for m in got if m["type"] == "end"}
+        assert ended >= {f"tl{i}" for i in range(150)}
+        assert not [m for m in got if m["type"] == "error"]
+        ws.close()
+
+    jp_asyncio_loop.run_until_complete(scenario())
+
+
+@pytest.mark.reliability(
+    scenario="one page asks for more log streams than the server has: it gets its share at "
+    "once and the rest in turn; another tab's monitor is still served",
+    area="server",
+)
+def test_one_page_cannot_take_every_log_stream(
+    jp_serverapp: Any, jp_ws_fetch: Any, jp_asyncio_loop: Any, jobs: tuple[str, str]
+) -> None:
+    """Failed before (issue 38): one page's log subscriptions took all of max_log_streams
+    (server-wide) and another tab's monitor was refused with 503."""
+    quiet, _loud = jobs
+    state = jp_serverapp.web_app.settings["kf_jupyter"]
+    state.max_log_streams = 8
+
+    def started(g: list[dict], sid: str) -> bool:
+        return any(r["line"] == "started" for m in _of(g, sid, "records") for r in m["records"])
+
+    async def scenario() -> None:
+        greedy = await jp_ws_fetch("kf-jupyter", "api", "stream")
+        for i in range(10):
+            greedy.write_message(json.dumps({"op": "logs", "id": f"g{i}", "job": quiet}))
+        got = await _until(
+            greedy,
+            lambda g: (
+                started(g, "g0")
+                and started(g, "g1")
+                and any(m["id"] == "g9" for m in g)  # queued (or, before, started or refused)
+            ),
+        )
+        other = await jp_ws_fetch("kf-jupyter", "api", "stream")
+        other.write_message(json.dumps({"op": "logs", "id": "mine", "job": quiet}))
+        mine = await _until(other, lambda g: started(g, "mine") or bool(_of(g, "mine", "error")))
+        assert not _of(mine, "mine", "error"), mine
+        assert [i for i in range(10) if started(got, f"g{i}")] == [0, 1]
+        assert state.open_streams == 3
+        # The page's own stream closing lets its next one start, in order.
+        greedy.write_message(json.dumps({"op": "close", "id": "g0"}))
+        got += await _until(greedy, lambda g: started(g, "g2"))
+        assert not [i for i in range(3, 10) if started(got, f"g{i}")]
+        greedy.close()
+        other.close()
+        for _ in range(100):
+            if state.open_streams == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert state.open_streams == 0
+
+    try:
+        jp_asyncio_loop.run_until_complete(scenario())
+    finally:
+        state.max_log_streams = 200

@@ -40,9 +40,13 @@ from ..errors import ValidationError
 from .handlers import AUTH_RESOURCE, _job_name, _LogPump, error_body, status_of
 from .state import validate_backend, validate_namespace
 
-#: Subscriptions one socket may hold at once (a page with more monitors gets an error for each
-#: one beyond).
-MAX_SUBSCRIPTIONS = 256
+#: Subscriptions one socket may hold at once, a guard far above any page's views: a `job` one
+#: ends (and stops counting) once its job is over, and the lab opens a few log ones at a time.
+MAX_SUBSCRIPTIONS = 10_000
+#: A page holds at most this share of the server's log streams (`max_log_streams` / 4, at
+#: least one) at once; its other `logs` subscriptions wait in order, told `queued`, and start
+#: as its own streams end: one page (a 150-trial sweep) cannot take every slot (issue 38).
+PAGE_LOG_SHARE = 4
 #: Largest client frame accepted (a subscription is a few hundred bytes).
 MAX_FRAME = 16 * 1024
 _MAX_TAIL = 1_000_000
@@ -72,6 +76,21 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
         """The extension's shared state."""
         return self.settings["kf_jupyter"]
 
+    @property
+    def log_share(self) -> int:
+        """Log streams this page may hold at once (the rest of its `logs` wait)."""
+        return max(1, int(self.kf.max_log_streams) // PAGE_LOG_SHARE)
+
+    @property
+    def watcher(self) -> Any:
+        """The server's one JobWatcher (every page's `job` subscriptions)."""
+        from .watch import JobWatcher
+
+        watcher = self.settings.get("kf_jupyter_watcher")
+        if watcher is None:
+            watcher = self.settings["kf_jupyter_watcher"] = JobWatcher(self.kf)
+        return watcher
+
     async def pre_get(self) -> None:
         """Authenticate and authorize before the upgrade (403 otherwise)."""
         user = self.current_user
@@ -94,9 +113,10 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
     def open(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """A page connected."""
         self._subs: dict[str, asyncio.Task[None]] = {}
-        self._wakes: dict[str, asyncio.Event] = {}
+        self._jobs: dict[str, Any] = {}  # job subscriptions (watch.Subscriber), by id
         self._stops: dict[str, threading.Event] = {}
         self._closed = False
+        self._log_slots = asyncio.Semaphore(self.log_share)
         super().open(*args, **kwargs)
 
     def on_message(self, message: str | bytes) -> None:
@@ -115,9 +135,9 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
                 self._end(sid)
                 return
             if op == "refresh":
-                wake = self._wakes.get(sid)
-                if wake is not None:
-                    wake.set()
+                sub = self._jobs.get(sid)
+                if sub is not None:
+                    sub.refresh()
                 return
             if op not in ("logs", "job"):
                 raise ValidationError(f"Unknown op {op!r}: use logs, job, refresh or close.")
@@ -125,7 +145,7 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
             backend = validate_backend(body.get("backend") or None)
             namespace = validate_namespace(body.get("namespace") or None)
             self._end(sid)  # the same id again: the new subscription replaces the old one
-            if len(self._subs) >= MAX_SUBSCRIPTIONS:
+            if len(self._subs) + len(self._jobs) >= MAX_SUBSCRIPTIONS:
                 raise ValidationError(
                     f"This page already follows {MAX_SUBSCRIPTIONS} jobs over its connection; "
                     "close some monitors or job panels."
@@ -135,10 +155,15 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
                 coro = self._logs(sid, backend, namespace, name, tail)
             else:
                 interval = _int(body.get("interval"), 1000, 250, 60000, "interval (ms)")
-                self._wakes[sid] = asyncio.Event()
-                coro = self._job(
-                    sid, backend, namespace, name, interval / 1000, body.get("events") is True
+                self._jobs[sid] = self.watcher.subscribe(
+                    backend,
+                    namespace,
+                    name,
+                    body.get("events") is True,
+                    interval / 1000,
+                    lambda kind, a, b, sid=sid: self._deliver(sid, kind, a, b),
                 )
+                return
         except json.JSONDecodeError:
             self._send_error(sid, ValidationError("Messages are JSON objects."))
             return
@@ -152,7 +177,6 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
     def _forget(self, sid: str, task: asyncio.Task[None]) -> None:
         if self._subs.get(sid) is task:
             del self._subs[sid]
-            self._wakes.pop(sid, None)
             self._stops.pop(sid, None)
 
     def _end(self, sid: str) -> None:
@@ -160,15 +184,45 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
         if stop is not None:
             self.kf.close_stream(stop)
         task = self._subs.pop(sid, None)
-        self._wakes.pop(sid, None)
         if task is not None:
             task.cancel()
+        sub = self._jobs.pop(sid, None)
+        if sub is not None:
+            sub.close()
 
     def on_close(self) -> None:
         """The page went away: stop every subscription and free its log-stream slots now."""
         self._closed = True
-        for sid in list(getattr(self, "_subs", {})):
+        for sid in [*getattr(self, "_subs", {}), *getattr(self, "_jobs", {})]:
             self._end(sid)
+
+    def _deliver(self, sid: str, kind: str, a: Any, b: Any) -> None:
+        """What the JobWatcher has for the job subscription `sid`: a record or events (field
+        name, JSON text), an error (exception, final) or its end."""
+        sub = self._jobs.get(sid)
+        if kind == "end" or (kind == "error" and b):
+            self._jobs.pop(sid, None)
+        if kind == "error":
+            self._send_error(sid, a)
+            return
+        if kind == "end" or sub is None:
+            return
+        if self._closed:
+            self._jobs.pop(sid, None)
+            sub.close()
+            return
+        self._post(f'{{"id": {json.dumps(sid)}, "type": "{kind}", "{a}": {b}}}')
+
+    def _post(self, text: str) -> None:
+        """Write a message without waiting for it to go out."""
+        if self._closed:
+            return
+        try:
+            done = self.write_message(text)
+        except websocket.WebSocketClosedError:
+            self.on_close()
+            return
+        done.add_done_callback(_consume)
 
     async def _send(self, sid: str, kind: str, **fields: Any) -> bool:
         if self._closed:
@@ -194,6 +248,14 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
             self._closed = True
 
     async def _logs(
+        self, sid: str, backend: str, namespace: str | None, name: str, tail: int
+    ) -> None:
+        if self._log_slots.locked():  # told at once (no await: the order stays the page's)
+            self._post(json.dumps({"id": sid, "type": "queued", "share": self.log_share}))
+        async with self._log_slots:  # first thing: the page's streams start in its order
+            await self._follow_logs(sid, backend, namespace, name, tail)
+
+    async def _follow_logs(
         self, sid: str, backend: str, namespace: str | None, name: str, tail: int
     ) -> None:
         try:
@@ -233,49 +295,8 @@ class StreamSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler): 
             pump.cancel()
             self.kf.close_stream(stop)
 
-    async def _job(
-        self,
-        sid: str,
-        backend: str,
-        namespace: str | None,
-        name: str,
-        interval: float,
-        events: bool,
-    ) -> None:
-        from ..types import TERMINAL
 
-        last_job: Any = None
-        last_events: Any = None
-        delay = interval
-        wake = self._wakes.get(sid) or asyncio.Event()
-        while not self._closed:
-            try:
-                client = await self.kf.client(backend, namespace)
-                job = await self.kf.run_on(backend, client.get_job, name)
-                body = job.to_dict()
-                if body != last_job:
-                    last_job = body
-                    if not await self._send(sid, "job", job=body):
-                        return
-                if events:
-                    got = await self.kf.run_on(backend, client.get_job_events, name)
-                    ev = [e.to_dict() for e in got]
-                    if ev != last_events:
-                        last_events = ev
-                        if not await self._send(sid, "events", events=ev):
-                            return
-                delay = interval
-                if job.status in TERMINAL:
-                    return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._send_error(sid, exc)
-                if status_of(exc) == 404:
-                    return
-                delay = min(60.0, max(delay, interval) * 2)
-            try:
-                await asyncio.wait_for(wake.wait(), delay)
-            except TimeoutError:
-                pass
-            wake.clear()
+def _consume(future: Any) -> None:
+    """Retrieve a write's outcome (a page gone meanwhile is no error to log)."""
+    if not future.cancelled():
+        future.exception()
