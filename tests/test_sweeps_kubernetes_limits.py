@@ -6,6 +6,7 @@ instead of `DriverLost` two minutes later."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -135,4 +136,42 @@ def test_a_refused_record_is_reported_not_a_silent_driver_lost(sweeps) -> None:
     assert "422" in read["message"] and "no more trials start" in read["message"]
     assert "1048576" in read["message"] or "Too long" in read["message"], read["message"]
     sweeps.delete("sw-refused")
+    assert sweeps.list() == []
+
+
+@pytest.mark.slow
+@pytest.mark.reliability(
+    scenario="a cluster sweep of 6,000 trials started and cancelled: its first record is "
+    "limited, yet the driver (handed the whole record) knows every trial; the cancelled record "
+    "accounts for all 6,000",
+    area="kubernetes",
+    tries=1,
+)
+def test_a_sweep_of_thousands_of_trials_starts_and_its_driver_has_every_trial(
+    k8s_cluster: Any, k8s_standin: Any, sweeps
+) -> None:
+    """6,000 trials: the first record does not fit whole, yet the driver (handed the whole
+    record, not the ConfigMap's) knows every trial: cancelled at once, the record accounts
+    for all 6,000."""
+    from .test_sweeps_kubernetes import _template, plain_runtime, sleeper
+
+    plain_runtime(k8s_cluster, sweeps.namespace)
+    n = 6_000
+    spec = eng.SweepSpec(name="sw-6000", params=parse_space(SPACE), num_trials=n, seed=4)
+    sweeps.start(spec, _template(sleeper))
+    first = sweeps.read("sw-6000")
+    assert f"{n} trials do not fit" in first["record_limited"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rec = sweeps.read("sw-6000")
+        if any(t["status"] == "Running" for t in rec["trials"]):
+            break
+        time.sleep(0.5)
+    rec = sweeps.cancel("sw-6000", timeout=120)
+    assert (rec["status"], rec["reason"]) == ("Failed", "Cancelled")
+    kept = len(rec["trials"])
+    assert kept + sum(rec.get("trials_omitted", {}).values()) == n
+    assert {t["status"] for t in rec["trials"]} == {"Cancelled"}
+    assert "sw-6000-trial-1" in [t["name"] for t in rec["trials"]]  # it ran: kept
+    sweeps.delete("sw-6000")
     assert sweeps.list() == []

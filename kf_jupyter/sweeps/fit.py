@@ -59,14 +59,15 @@ def _compact(rec: dict[str, Any], best: str | None) -> None:
 
 def _keep_trials(rec: dict[str, Any], best: str | None, room: int) -> dict[str, int]:
     """Keep the trials that fit in `room` bytes: the best, the running ones, then the newest
-    finished; pending trials (no result yet) go first. Returns the left-out count by status."""
+    finished; trials never started (pending, or cancelled before they ran) go first. Returns
+    the left-out count by status."""
     trials = rec.get("trials") or []
     order = sorted(
         range(len(trials)),
         key=lambda i: (
             trials[i].get("name") != best,
             trials[i].get("status") != eng.TRIAL_RUNNING,
-            trials[i].get("status") == eng.PENDING,
+            not trials[i].get("submitted"),
             -i,
         ),
     )
@@ -90,8 +91,8 @@ def fit_record(record: dict[str, Any], limit: int | None = None) -> str:
     """The record as JSON of at most `limit` bytes (`RECORD_MAX_BYTES`; a ConfigMap holds
     1 MiB), at any trial count. In order, until it fits: the curves are thinned (every other
     point, keeping the last); then only the best trial keeps its curve and long messages are
-    cut to `MESSAGE_KEEP` characters; then trials are left out of the record, pending ones
-    first, then the oldest finished (the best and the running ones stay), with their count by
+    cut to `MESSAGE_KEEP` characters; then trials are left out of the record, those never
+    started first (pending, or cancelled before they ran), then the oldest finished (the best and the running ones stay), with their count by
     status under `trials_omitted`. Once anything beyond thinning was needed the record says
     so: `record_limited` (a sentence) and a `RecordLimited` event. Summaries of the trials
     kept are never dropped; the left-out trials' TrainJobs keep their own status."""

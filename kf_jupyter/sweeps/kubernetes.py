@@ -387,7 +387,9 @@ class KubernetesSweeps:
             d.parent.mkdir(mode=sv.PRIVATE_DIR, parents=True, exist_ok=True)
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(mode=sv.PRIVATE_DIR)
-            for fname, blob in (("template.pkl", data), ("config.pkl", cfg_bytes)):
+            whole = json.dumps(record).encode()  # the ConfigMap's copy may leave trials out
+            handover = (("template.pkl", data), ("config.pkl", cfg_bytes), (RECORD_KEY, whole))
+            for fname, blob in handover:
                 with os.fdopen(sv.private_open(str(d / fname)), "wb") as fh:
                     fh.write(blob)
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
@@ -475,6 +477,7 @@ def main(folder: str) -> None:
     eng.LIVE_READ_SECONDS = LIVE_READ_SECONDS  # this process runs one cluster sweep only
     d = Path(folder)
     template, config = read_handover(d, remove=("template.pkl", "config.pkl"))
+    whole = d / RECORD_KEY  # every trial (the ConfigMap's record may leave some out)
     sweeps = KubernetesSweeps(config)
     name = d.name
     store = ConfigMapStore(sweeps.api, name)
@@ -483,7 +486,11 @@ def main(folder: str) -> None:
         "metadata": {"annotations": {DRIVER_ANNOTATION: f"pid {os.getpid()} on {os.uname()[1]}"}}
     }
     sweeps._patch_cm(name, patch)
-    record = sweeps.read(name)
+    try:
+        record = json.loads(whole.read_text())
+        whole.unlink()
+    except (OSError, ValueError):
+        record = sweeps.read(name)
     spec = eng.SweepSpec.from_dict(record["spec"])
     engine = eng.SweepEngine(
         PatientClient(sweeps.client),
