@@ -155,10 +155,13 @@ def shell_magic_names() -> frozenset[str]:
     """The magic names a plugin may not take: IPython's own (`time`, `writefile`, `run`,
     `load_ext`, ...: every `Magics` class IPython ships) and every magic the running IPython
     shell already has (the kernel's, its aliases, other extensions'), except kf-jupyter's own
-    and its plugins' (registered from kf_jupyter). Empty without IPython."""
+    and its plugins' (registered from kf_jupyter). Empty where IPython is not imported (a plain
+    script registers no magic, and is not made to import IPython here)."""
     import sys
 
     names: set[str] = set()
+    if "IPython" not in sys.modules:
+        return frozenset()
     try:
         from IPython.core import magics as ipython_magics
         from IPython.core.magic import Magics

@@ -84,6 +84,8 @@ def test_a_plugin_that_exits_at_import_is_refused_by_package(hostile, entry, say
 
 @pytest.mark.parametrize("magic", ["time", "writefile", "run", "load_ext"])
 def test_a_plugin_may_not_take_an_ipython_magic_name(hostile, magic) -> None:
+    import IPython  # noqa: F401 (imported, as in a kernel: the registry checks IPython's names)
+
     entry = f"shadow-{magic.replace('_', '-')}"
     reg = hostile(**{entry: ENTRIES[entry]})
     assert reg.plugins == [] and plugins.trainer_for_magic(magic) is None
