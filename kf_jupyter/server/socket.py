@@ -16,8 +16,13 @@ Client to server (JSON text frames):
 
 Server to client: `{"id": ID, "type": T, ...}` with T one of `records` (`records`: a list of
 `{"source", "line"}`), `end` (the log is complete; `status`), `job` (`job`), `events`
-(`events`), `error` (`error`, `kind`, `status`: the REST route's HTTP status; a `logs`
-subscription ends with it, a `job` one keeps polling except after 404).
+(`events`), `queued` (a `logs` subscription waits for one of the page's own log streams to end;
+`share`: how many a page holds at once), `error` (`error`, `kind`, `status`: the REST route's
+HTTP status; a `logs` subscription ends with it, a `job` one keeps polling except after 404).
+
+Many subscriptions stay cheap (issue 38): every page's `job` subscriptions of one job share one
+read (watch.py, batched per backend), and a page holds at most a quarter of the server's
+`max_log_streams`, so one page cannot take every slot from the other tabs.
 
 The socket is authenticated (the server's token or login cookie, as the kernel sockets) and
 authorized (`read` on `kf_jupyter`), and refuses other origins (WebSocketMixin). It only reads:

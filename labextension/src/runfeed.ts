@@ -3,7 +3,9 @@
  * a `job` subscription (its record, until it ends) and a `logs` one (its
  * report markers, and Katib-style `name=value` stdout lines of the metrics
  * asked for). The sweep view and the compare panel hold one RunFeed per job,
- * all on the same socket.
+ * all on the same socket. The log is followed only once the job has left
+ * Created (a sweep's queued trials print nothing yet, issue 38); the hub sends a
+ * few log subscriptions at a time and shares the job ones (stream.ts).
  */
 import * as api from './api';
 import { IJob } from './jobs';
@@ -34,6 +36,9 @@ export class RunFeed {
       onJob: job => {
         this.job = job;
         this.error = '';
+        if (job.status !== 'Created') {
+          this._followLogs();
+        }
         this._changed();
       },
       onError: (err, final) => {
@@ -41,7 +46,18 @@ export class RunFeed {
         this._changed();
       }
     });
-    this._logSub = hub.watchLogs(this.target, this.name, FEED_TAIL, {
+  }
+
+  /** Whether the job's log is followed (tests). */
+  get followsLogs(): boolean {
+    return this._logSub !== null;
+  }
+
+  private _followLogs(): void {
+    if (this._logSub || !this._jobSub) {
+      return;
+    }
+    this._logSub = api.streamHub().watchLogs(this.target, this.name, FEED_TAIL, {
       onStart: () => {
         this.series.clear(); // a (re)subscription replays the tail
         this._stdout.clear();

@@ -8,6 +8,12 @@
  * and subscribes again (a log subscription then replays its tail, so the view
  * is told to start over with `onStart`). The socket closes when nothing is
  * subscribed. The WebSocket class and URL are injectable for tests.
+ *
+ * However many views a page has (a sweep of hundreds of trials, issue 38), the
+ * hub keeps the server's work small: views that follow the same job's record
+ * share one `job` subscription, and at most `maxLogs` log subscriptions are
+ * sent at a time, the others waiting here, in order, until one of them ends
+ * or is closed (a finished job's log ends once replayed).
  */
 import { Backoff } from './backoff';
 import { IJob, IJobEvent } from './jobs';
@@ -70,6 +76,8 @@ export interface ISocket {
 export type SocketFactory = () => ISocket;
 
 const OPEN = 1;
+/** Log subscriptions the hub has open on the server at once (the rest wait, in order). */
+export const MAX_LOGS = 16;
 /** How long the socket stays open with nothing subscribed (a monitor re-rendering re-subscribes). */
 const IDLE_CLOSE_MS = 5000;
 
@@ -83,12 +91,29 @@ interface ISub {
   done: boolean;
 }
 
+interface IJobShare {
+  id: string;
+  handle: ISubscription;
+  handlers: Set<IJobHandlers>;
+  job: IJob | null;
+  events: IJobEvent[] | null;
+  gone: boolean;
+}
+
 export class StreamHub {
-  constructor(private readonly _factory: SocketFactory) {}
+  constructor(
+    private readonly _factory: SocketFactory,
+    readonly maxLogs: number = MAX_LOGS
+  ) {}
 
   /** How many subscriptions are live (tests). */
   get size(): number {
     return this._subs.size;
+  }
+
+  /** How many log subscriptions are open on the server now (tests). */
+  get logsOpen(): number {
+    return this._logsOpen.size;
   }
 
   /** Whether the socket is open or opening (tests). */
@@ -117,7 +142,81 @@ export class StreamHub {
     options: { intervalMs?: number; events?: boolean },
     handlers: IJobHandlers
   ): IJobSubscription {
+    const key = JSON.stringify([targetFields(target), name, options.intervalMs ?? 1000, !!options.events]);
+    let share = this._jobShares.get(key);
+    if (!share || share.gone) {
+      share = this._shareJob(key, target, name, options);
+    } else {
+      const known = share;
+      // what the others were sent already, at once (after the caller has its handle)
+      void Promise.resolve().then(() => {
+        if (known.handlers.has(handlers)) {
+          if (known.job) {
+            handlers.onJob(known.job);
+          }
+          if (known.events) {
+            handlers.onEvents?.(known.events);
+          }
+        }
+      });
+    }
+    const joined = share;
+    joined.handlers.add(handlers);
+    return {
+      close: () => {
+        if (joined.handlers.delete(handlers) && joined.handlers.size === 0) {
+          if (this._jobShares.get(key) === joined) {
+            this._jobShares.delete(key);
+          }
+          joined.handle.close();
+        }
+      },
+      refresh: () => {
+        if (this._subs.has(joined.id)) {
+          this._send({ op: 'refresh', id: joined.id });
+        }
+      }
+    };
+  }
+
+  /** One server subscription for every view that follows this job's record this way. */
+  private _shareJob(
+    key: string,
+    target: IStreamTarget,
+    name: string,
+    options: { intervalMs?: number; events?: boolean }
+  ): IJobShare {
+    const share: IJobShare = {
+      id: '',
+      handle: { close: () => undefined },
+      handlers: new Set(),
+      job: null,
+      events: null,
+      gone: false
+    };
+    const fanOut: IJobHandlers = {
+      onJob: job => {
+        share.job = job;
+        for (const h of [...share.handlers]) {
+          h.onJob(job);
+        }
+      },
+      onEvents: events => {
+        share.events = events;
+        for (const h of [...share.handlers]) {
+          h.onEvents?.(events);
+        }
+      },
+      onError: (err, final) => {
+        share.gone = share.gone || final;
+        for (const h of [...share.handlers]) {
+          h.onError(err, final);
+        }
+      }
+    };
+    this._jobShares.set(key, share);
     const id = this._nextId();
+    share.id = id;
     const sub: ISub = {
       message: {
         op: 'job',
@@ -128,20 +227,13 @@ export class StreamHub {
         ...targetFields(target)
       },
       kind: 'job',
-      job: handlers,
+      job: fanOut,
       backoff: new Backoff({ interval: 0, base: 1000, factor: 2, max: 30000, jitter: 0.1 }),
       retry: null,
       done: false
     };
-    const handle = this._add(id, sub);
-    return {
-      close: () => handle.close(),
-      refresh: () => {
-        if (this._subs.get(id) === sub) {
-          this._send({ op: 'refresh', id });
-        }
-      }
-    };
+    share.handle = this._add(id, sub);
+    return share;
   }
 
   private _add(id: string, sub: ISub): ISubscription {
@@ -161,9 +253,10 @@ export class StreamHub {
         if (sub.retry) {
           clearTimeout(sub.retry);
         }
-        if (!sub.done) {
+        if (!sub.done && (sub.kind === 'job' || this._logsOpen.has(id))) {
           this._send({ op: 'close', id });
         }
+        this._logEnded(id);
         this._maybeIdle();
       }
     };
@@ -172,9 +265,36 @@ export class StreamHub {
   private _start(id: string, sub: ISub): void {
     sub.done = false;
     sub.retry = null;
-    if (this._socket?.readyState === OPEN) {
-      sub.logs?.onStart();
-      this._send(sub.message);
+    if (this._socket?.readyState !== OPEN) {
+      return;
+    }
+    if (sub.kind === 'logs') {
+      if (this._logsOpen.size >= this.maxLogs) {
+        this._logsWaiting.add(id); // sent once one of the open ones ends
+        return;
+      }
+      this._logsWaiting.delete(id);
+      this._logsOpen.add(id);
+    }
+    sub.logs?.onStart();
+    this._send(sub.message);
+  }
+
+  /** A log subscription is no longer open on the server: the next waiting one is sent. */
+  private _logEnded(id: string): void {
+    this._logsWaiting.delete(id);
+    if (!this._logsOpen.delete(id)) {
+      return;
+    }
+    for (const next of this._logsWaiting) {
+      if (this._logsOpen.size >= this.maxLogs) {
+        break;
+      }
+      const sub = this._subs.get(next);
+      this._logsWaiting.delete(next);
+      if (sub && !sub.done && !sub.retry) {
+        this._start(next, sub);
+      }
     }
   }
 
@@ -192,6 +312,8 @@ export class StreamHub {
     this._socket = socket;
     socket.onopen = () => {
       this._connBackoff.success();
+      this._logsOpen.clear(); // a new connection: nothing of this page is open on it yet
+      this._logsWaiting.clear();
       for (const [id, sub] of this._subs) {
         if (!sub.done && !sub.retry) {
           this._start(id, sub);
@@ -265,6 +387,7 @@ export class StreamHub {
         break;
       case 'end':
         sub.done = true;
+        this._logEnded(id);
         sub.logs?.onEnd((msg.status as string | null) ?? null);
         this._maybeIdle();
         break;
@@ -294,6 +417,7 @@ export class StreamHub {
     }
     // a log subscription ends with its error; it is tried again unless the job is gone
     sub.done = true;
+    this._logEnded(id);
     if (status === 404 || status === 400) {
       sub.logs?.onError(err, null);
       this._maybeIdle();
@@ -322,6 +446,9 @@ export class StreamHub {
 
   private _socket: ISocket | null = null;
   private _subs = new Map<string, ISub>();
+  private _jobShares = new Map<string, IJobShare>();
+  private _logsOpen = new Set<string>();
+  private _logsWaiting = new Set<string>();
   private _counter = 0;
   private _idle: ReturnType<typeof setTimeout> | null = null;
   private _reconnect: ReturnType<typeof setTimeout> | null = null;

@@ -1,4 +1,4 @@
-import { ISocket, StreamHub } from '../stream';
+import { ISocket, MAX_LOGS, StreamHub } from '../stream';
 
 class FakeSocket implements ISocket {
   readyState = 0;
@@ -136,4 +136,65 @@ describe('StreamHub', () => {
     jest.advanceTimersByTime(10000);
     expect(sockets[0].closed).toBe(true); // nothing left to follow: the connection is released
   });
+  it('sends a few log subscriptions at a time: a 150-trial sweep loses none', () => {
+    const sockets: FakeSocket[] = [];
+    const hub = new StreamHub(() => {
+      const s = new FakeSocket();
+      sockets.push(s);
+      return s;
+    });
+    const views = Array.from({ length: 150 }, () => logHandlers());
+    const subs = views.map((v, i) => hub.watchLogs({ backend: 'local' }, `trial-${i}`, 100, v));
+    sockets[0].open();
+    const sentLogs = () => sockets[0].sent.filter(m => m.op === 'logs');
+    expect(sentLogs()).toHaveLength(MAX_LOGS);
+    expect(hub.logsOpen).toBe(MAX_LOGS);
+    // a waiting view closed before its turn costs the server nothing
+    subs[149].close();
+    expect(sockets[0].sent.some(m => m.op === 'close')).toBe(false);
+    // each finished trial's log ends once replayed; the next waiting one is sent, in order
+    for (let n = 0; n < 149; n++) {
+      const m = sentLogs()[n];
+      expect(m.job).toBe(`trial-${n}`);
+      sockets[0].reply({ id: m.id, type: 'records', records: [{ source: 'node-0', line: `loss=${n}` }] });
+      sockets[0].reply({ id: m.id, type: 'end', status: 'Complete' });
+      expect(hub.logsOpen).toBeLessThanOrEqual(MAX_LOGS);
+    }
+    expect(sentLogs()).toHaveLength(149);
+    expect(views.slice(0, 149).map(v => v.records)).toEqual(views.slice(0, 149).map((_, n) => [`loss=${n}`]));
+    expect(views.slice(0, 149).every(v => v.ended === 'Complete')).toBe(true);
+    expect(views[149].starts).toBe(0);
+  });
+
+  it('shares one job subscription among the views of the same job', async () => {
+    const sockets: FakeSocket[] = [];
+    const hub = new StreamHub(() => {
+      const s = new FakeSocket();
+      sockets.push(s);
+      return s;
+    });
+    const seen: string[][] = [[], [], []];
+    const handles = seen.slice(0, 2).map((out, i) =>
+      hub.watchJob({ backend: 'local' }, 'j', { intervalMs: 1000 }, { onJob: j => out.push(`${i}:${j.status}`), onError: () => undefined })
+    );
+    sockets[0].open();
+    const jobs = sockets[0].sent.filter(m => m.op === 'job');
+    expect(jobs).toHaveLength(1);
+    sockets[0].reply({ id: jobs[0].id, type: 'job', job: { name: 'j', status: 'Running' } });
+    expect(seen.slice(0, 2)).toEqual([['0:Running'], ['1:Running']]);
+    // a view opened later gets what the others have at once, over the same subscription
+    const late = hub.watchJob({ backend: 'local' }, 'j', { intervalMs: 1000 }, { onJob: j => seen[2].push(`2:${j.status}`), onError: () => undefined });
+    await Promise.resolve();
+    expect(seen[2]).toEqual(['2:Running']);
+    expect(sockets[0].sent.filter(m => m.op === 'job')).toHaveLength(1);
+    late.refresh();
+    expect(sockets[0].sent.at(-1)).toEqual({ op: 'refresh', id: jobs[0].id });
+    // the server is told only when the last view closes
+    handles[0].close();
+    late.close();
+    expect(sockets[0].sent.some(m => m.op === 'close')).toBe(false);
+    handles[1].close();
+    expect(sockets[0].sent.at(-1)).toEqual({ op: 'close', id: jobs[0].id });
+  });
 });
+
