@@ -467,6 +467,11 @@ def daemon_then_wait(pid_file: str, gate: str) -> str:
     return "done"
 
 
+@pytest.mark.reliability(
+    scenario="a cold GPU job's rank double-forks a daemon, then its supervisor is SIGKILLed: the "
+    "device stays the job's, delete_job stops the daemon, the next job gets the device",
+    area="local",
+)
 def test_a_daemon_of_a_cold_job_goes_with_it_after_its_supervisor_is_killed(
     cold: TrainerClient,
     standin_smi: StandinSMI,

@@ -263,6 +263,12 @@ def test_the_host_ends_with_its_owner_and_one_runs_per_process(tmp_path):
         assert not list((state / "warm").glob(f"*{supervisor_host.SUFFIX}"))
 
 
+@pytest.mark.reliability(
+    scenario="a silent same-user connection (and one that sent half a length) to the supervisor "
+    "host's socket: the next train() is served at once, the silent ones are dropped at their "
+    "deadline",
+    area="local",
+)
 def test_a_silent_connection_to_the_host_delays_no_job(client):
     """Failed before (issue 38): the host read one connection at a time with a 10 s timeout,
     so a connection of the same user that sent nothing held every train() for ~9.8 s."""

@@ -254,6 +254,11 @@ def odd_names() -> dict:
     return {k: os.environ.get(k) for k in ("A-B", "1X", "X.Y")}
 
 
+@pytest.mark.reliability(
+    scenario="kernel variables whose names are not shell identifiers (A-B, 1X, X.Y): the rank "
+    "sees them cold, warm handed over directly and warm through bash and the sh shim",
+    area="local",
+)
 def test_variables_sh_would_drop_reach_the_ranks_on_every_path(client, tmp_path, monkeypatch):
     """Failed before (issue 38): a warm launch through bash and the `#!/bin/sh` shim lost the
     kernel's variables whose names are not shell identifiers (dash drops them); a cold rank and
