@@ -37,6 +37,7 @@ def mpi_report() -> dict:
     return {"has_url": "KUBEFLOW_TRAINER_SERVER_URL" in os.environ}
 
 
+@pytest.mark.usefixtures("trainjob_status_gate")
 def test_mpi_rank_zero_progress_reaches_trainer_status(backend: Any) -> None:
     name = backend.train(MPITrainer(func=mpi_report, num_nodes=2))
     job = backend.wait_for_job_status(name, timeout=240)

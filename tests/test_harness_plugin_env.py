@@ -18,7 +18,7 @@ from kf_jupyter import JAXTrainer, MPITrainer, TorchTrainer, XGBoostTrainer
 from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
 from kf_jupyter.types import COMPLETE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("trainjob_status_gate")]
 
 INDEX = {
     "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}

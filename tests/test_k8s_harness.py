@@ -172,13 +172,28 @@ def test_failed_job_and_secret_env(
     )
     env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "tok", "key": "k"}}}]
     body = trainjob("fails", ["bash", "-c", 'echo "token=$TOKEN"; exit 3'], env=env)
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", body)
-    cond = wait_for(lambda: condition(custom, ns, "fails"), what="TrainJob fails to finish")
+    old_scale, k8s_standin.backoff_scale = k8s_standin.backoff_scale, 0.02
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", body)
+
+        def restarted() -> Any:  # OnFailure (the JobSet webhook's default): restarted in place
+            pod = core.read_namespaced_pod("fails-node-0-0", ns)
+            cs = (pod.status.container_statuses or [None])[0]
+            return pod if cs is not None and cs.last_state.terminated else None
+
+        pod = wait_for(restarted, what="the container restarted")
+        assert pod.status.container_statuses[0].last_state.terminated.exit_code == 3
+        assert core.read_namespaced_pod_log("fails-node-0-0", ns, previous=True) == (
+            "token=s3cret\n"
+        )
+        cond = wait_for(lambda: condition(custom, ns, "fails"), what="TrainJob fails to finish")
+    finally:
+        k8s_standin.backoff_scale = old_scale
     assert (cond["type"], cond["reason"]) == ("Failed", "FailedJobs")
-    assert core.read_namespaced_pod_log("fails-node-0-0", ns) == "token=s3cret\n"
-    pod = core.read_namespaced_pod("fails-node-0-0", ns)
-    assert pod.status.phase == "Failed"
-    assert pod.status.container_statuses[0].state.terminated.exit_code == 3
+    # past backoffLimit the Job's pods are deleted (tests/k8s_cluster/restarts.py)
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_pod("fails-node-0-0", ns)
+    assert gone.value.status == 404
 
 
 def test_follow_logs_stream_and_tail(

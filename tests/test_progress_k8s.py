@@ -20,7 +20,7 @@ from kf_jupyter.backends.kubernetes.config import KubernetesBackendConfig
 from kf_jupyter.constants import GROUP, VERSION
 from kf_jupyter.types import COMPLETE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("trainjob_status_gate")]
 
 
 @pytest.fixture

@@ -2,10 +2,11 @@
 
 This file is the program every rank runs (under torchrun, which sets the distributed
 environment that Transformers' `Trainer` reads); `main(config)` is called with the trainer's
-configuration. It imports nothing from kf_jupyter. Progress reaches the TrainJob's
-trainerStatus through Transformers' own `KubeflowTrainerCallback`, which Transformers registers
-when the Trainer's status variables are set (a cluster with the TrainJobStatus gate, and every
-local job).
+configuration. It imports nothing from kf_jupyter. Progress is printed at each log as
+`##kf-jupyter:report` lines (its own callback), which the monitor and the client read from the
+log on any cluster; it also reaches the TrainJob's trainerStatus through Transformers' own
+Kubeflow callback, which Transformers registers when the Trainer's status variables are set (a
+cluster with the TrainJobStatus gate, which v2.3.0 has off by default, and every local job).
 """
 
 import csv
@@ -13,6 +14,29 @@ import json
 import os
 import shutil
 import tempfile
+
+REPORT_PREFIX = "##kf-jupyter:report "
+
+
+def _report_callback(transformers):
+    """A callback that prints progress and the logged metrics as `##kf-jupyter:report` lines
+    (world process zero, at each log): the monitor and the client read them from the log, so
+    progress shows on a cluster without the TrainJobStatus gate too (no status variables, so
+    Transformers' own Kubeflow callback is not added there)."""
+
+    class KFJupyterReport(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero:
+                return
+            metrics = {}
+            for key, value in (logs or {}).items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    metrics[key] = float(value)
+            progress = state.global_step / state.max_steps if state.max_steps else None
+            record = {"step": state.global_step, "progress": progress, "metrics": metrics}
+            print(REPORT_PREFIX + json.dumps(record), flush=True)
+
+    return KFJupyterReport()
 
 
 def _model(cfg, task):
@@ -154,7 +178,10 @@ def main(cfg):
     if not torch.cuda.is_available():
         args.setdefault("use_cpu", True)
     trainer = transformers.Trainer(
-        model=model, args=transformers.TrainingArguments(**args), train_dataset=train
+        model=model,
+        args=transformers.TrainingArguments(**args),
+        train_dataset=train,
+        callbacks=[_report_callback(transformers)],
     )
     try:
         result = trainer.train()

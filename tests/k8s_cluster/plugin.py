@@ -109,3 +109,17 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if TIMINGS:
         figures = ", ".join(f"{k}={v:.1f}" for k, v in TIMINGS.items())
         terminalreporter.write_line(f"k8s harness: {figures}")
+
+
+@pytest.fixture
+def trainjob_status_gate() -> Iterator[None]:
+    """The Trainer's TrainJobStatus feature gate on for one test (off by default, as in
+    Trainer v2.3.0: tests/k8s_cluster/trainer_plugins.py FEATURE_GATES)."""
+    from tests.k8s_cluster import trainer_plugins
+
+    old = trainer_plugins.FEATURE_GATES["TrainJobStatus"]
+    trainer_plugins.FEATURE_GATES["TrainJobStatus"] = True
+    try:
+        yield
+    finally:
+        trainer_plugins.FEATURE_GATES["TrainJobStatus"] = old

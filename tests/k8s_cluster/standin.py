@@ -12,7 +12,8 @@ runs each pod's command as a local subprocess, reports pod phases and the TrainJ
 ``/containerLogs/NS/POD/CONTAINER`` (``follow``, ``tailLines``) over HTTPS as a kubelet would, so
 ``GET .../pods/NAME/log`` goes through the real API server.
 
-It also plays the Trainer's status server (TrainJobStatus gate on, facts doc "Progress"): every
+It also plays the Trainer's status server (facts doc "Progress") when the TrainJobStatus gate is
+on (off by default, as in Trainer v2.3.0; ``trainer_plugins.FEATURE_GATES``): every
 trainer container gets ``KUBEFLOW_TRAINER_SERVER_URL`` / ``_CA_CERT`` / ``_TOKEN``; a ``POST`` to
 ``/apis/trainer.kubeflow.org/v1alpha1/namespaces/NS/trainjobs/NAME/status`` with that job's bearer
 token and ``{"trainerStatus": {...}}`` is written to the TrainJob's ``status.trainerStatus``
@@ -56,7 +57,16 @@ Pods the API server refuses (the Pod Security webhook, ``pod_security.py``): no 
 ``FailedCreate`` event on the Job a real cluster would have, retried with the Job controller's
 back-off (``pod_creation.py``).
 
-Not modelled: restarts, pod deletion by users, log timestamps.
+Restarts (``restarts.py``): pods get the JobSet webhook's ``restartPolicy: OnFailure``; a failed
+container is restarted in its pod with the kubelet's back-off (``CrashLoopBackOff``,
+``lastState``, ``restartCount``, ``previous=true`` logs) until its Job's ``backoffLimit``; then
+the Job fails, its pods are deleted and the TrainJob fails (``FailedJobs``).
+
+Ranks see their image's packages: a ``pytorch/pytorch`` pod's processes cannot import
+``transformers``, ``accelerate`` or ``peft`` unless the pod pip-installed them
+(``image_packages.py``).
+
+Not modelled: pod deletion by users, log timestamps, a ``Never`` pod's replacement.
 """
 
 from __future__ import annotations
@@ -90,7 +100,14 @@ from typing import Any, TypeVar
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from tests.k8s_cluster import mpirun_standin, reconcile_events, trainer_plugins, tune_standin
+from tests.k8s_cluster import (
+    image_packages,
+    mpirun_standin,
+    reconcile_events,
+    trainer_plugins,
+    tune_standin,
+)
+from tests.k8s_cluster import restarts as crashloop
 from tests.k8s_cluster.apiserver import free_port
 from tests.k8s_cluster.pod_creation import create_pods
 from tests.k8s_cluster.trainer_model import build_jobset
@@ -147,6 +164,16 @@ class PodRun:
     exit_code: int | None = None
     waiting: str | None = None  # CreateContainerConfigError message
     done: threading.Event = field(default_factory=threading.Event)
+    # restarts in place (restarts.py): the pod's policy, its Job's limit, the kubelet's count,
+    # its back-off, when the next run starts, the last run's end and its log
+    restart_policy: str = "Never"
+    backoff_limit: int = crashloop.JOB_BACKOFF_LIMIT
+    restarts: int = 0
+    backoff: float = 0.0
+    restart_at: float | None = None
+    last_state: dict[str, Any] | None = None
+    last_log: Path | None = None
+    ended_logs: set[Path] = field(default_factory=set)
 
     @property
     def container(self) -> str:
@@ -154,7 +181,10 @@ class PodRun:
 
     @property
     def log_path(self) -> Path:
-        return self.cwd / "container.log"
+        """The log of the container's current (latest) run."""
+        return self.cwd / (
+            "container.log" if not self.restarts else f"container.{self.restarts}.log"
+        )
 
 
 @dataclass
@@ -167,6 +197,7 @@ class JobRun:
     thread: threading.Thread | None = None
     last_status: dict[str, Any] | None = None
     deadline: float | None = None  # time.monotonic() when activeDeadlineSeconds runs out
+    gave_up: bool = False  # a Job reached its backoffLimit (restarts.py)
 
 
 class StandIn:
@@ -193,6 +224,8 @@ class StandIn:
         self._status_tokens: dict[tuple[str, str], str] = {}  # (namespace, TrainJob) -> token
         # test knob: while this file exists, initializer pods keep running (see hold_initializers)
         self.hold_initializers = self.workdir / "hold-initializers"
+        # test knob: the kubelet's restart back-off (10 s doubling to 5 min) times this
+        self.backoff_scale = 1.0
         # Kueue: queues that admit nothing until kueue_release(queue); admitted TrainJob uids
         self.kueue_held: set[str] = set()
         self._admitted: set[str] = set()
@@ -574,9 +607,15 @@ class StandIn:
             resources = (trainer.get("resourcesPerNode") if is_trainer else None) or ctr.get(
                 "resources", {}
             )
+            # the JobSet webhook's default (restarts.py); the Job's backoffLimit
+            policy_name = (
+                tmpl.get("spec", {}).get("restartPolicy") or crashloop.JOBSET_RESTART_POLICY
+            )
+            job_spec = rjobs.get(rjob, {}).get("template", {}).get("spec", {})
+            limit = job_spec.get("backoffLimit")
             spec: dict[str, Any] = {
                 "nodeName": NODE_NAME,
-                "restartPolicy": "Never",
+                "restartPolicy": policy_name,
                 "subdomain": name,
                 "containers": [
                     {
@@ -630,7 +669,10 @@ class StandIn:
             pcwd = cwd / f"{rjob}-{i}"
             pcwd.mkdir(parents=True, exist_ok=True)
             argv = [localize(a) for a in command + args] if runs else []
-            pods.append(PodRun(ns, pod_name, rjob, i, body, pcwd, argv, localize, port))
+            run = PodRun(ns, pod_name, rjob, i, body, pcwd, argv, localize, port)
+            run.restart_policy = policy_name
+            run.backoff_limit = crashloop.JOB_BACKOFF_LIMIT if limit is None else int(limit)
+            pods.append(run)
         return pods
 
     # -- kubelet: run the pods --------------------------------------------------------------
@@ -663,6 +705,12 @@ class StandIn:
         if job.cancelled.is_set():
             return
         self._kill(job)  # on failure, JobSet fails the whole set
+        if job.gave_up:  # past backoffLimit: the pods are deleted before the TrainJob fails
+            self._delete_pods(job)
+            for pod in job.pods:
+                pod.done.set()
+                if pod.exit_code is None:
+                    pod.exit_code = 137
         for pod in job.pods:
             if pod.exit_code is None:
                 rc = pod.proc.wait() if pod.proc is not None else (0 if not failed else 137)
@@ -944,17 +992,93 @@ class StandIn:
                             self._start_pod(pod)
                 self._patch_job(tj, job)
             for pod in stage:
-                if pod.proc is not None and pod.exit_code is None:
+                if pod.proc is not None and pod.exit_code is None and pod.restart_at is None:
                     rc = pod.proc.poll()
                     if rc is not None:
-                        self._finish_pod(pod, rc)
+                        if rc != 0 and pod.restart_policy == "OnFailure":
+                            self._crash(pod, rc)
+                        else:
+                            self._finish_pod(pod, rc)
                         self._patch_job(tj, job)
+                if pod.restart_at is not None and time.monotonic() >= pod.restart_at:
+                    self._restart(pod)
             runners = [p for p in stage if p.argv]
+            given_up = self._past_backoff_limit(stage)
+            if given_up:
+                job.gave_up = True
+                for pod in given_up:  # the Job failed: its pods are deleted, their runs end
+                    pod.exit_code = int((pod.last_state or {}).get("terminated", {}).get(
+                        "exitCode", 1))  # fmt: skip
+                return given_up
             failed = [p for p in runners if p.exit_code not in (None, 0)]
             if failed or all(p.exit_code == 0 for p in runners):
                 break
             time.sleep(0.05)
         return failed
+
+    # -- restarts in place (restarts.py) ------------------------------------------------------
+    def _crash(self, pod: PodRun, rc: int) -> None:
+        """kubelet: the container failed under OnFailure: record the run in lastState and
+        restart it in the same pod, at once the first time, else after the back-off."""
+        code = rc if rc >= 0 else 128 - rc
+        term: dict[str, Any] = {
+            "exitCode": code,
+            "reason": "Error",
+            "finishedAt": _now(),
+            "containerID": crashloop.container_id(pod.name, pod.restarts),
+        }
+        with contextlib.suppress(OSError):
+            message = (pod.cwd / "termination-log").read_text()[:4096]
+            if message:
+                term["message"] = message
+        pod.ended_logs.add(pod.log_path)
+        delay, pod.backoff = crashloop.next_backoff(pod.backoff)
+        pod.restart_at = time.monotonic() + delay * self.backoff_scale
+        # the run that just ended: state.terminated until the kubelet acts on it
+        self._pod_status(pod, "Running", {"terminated": term})
+        pod.last_state, pod.last_log = {"terminated": term}, pod.log_path
+        if delay:
+            uid = pod.body["metadata"].get("uid", "")
+            target = f"container={pod.container} pod={pod.name}_{pod.namespace}({uid})"
+            waiting = {"reason": "CrashLoopBackOff",
+                       "message": f"back-off {delay:g}s restarting failed {target}"}  # fmt: skip
+            self._pod_status(pod, "Running", {"waiting": waiting})
+            self._event(pod.body, "Warning", "BackOff",
+                        f"Back-off restarting failed container {pod.container} in pod "
+                        f"{pod.name}_{pod.namespace}({uid})", "kubelet")  # fmt: skip
+
+    def _restart(self, pod: PodRun) -> None:
+        """kubelet: the next run of the container, with a new (empty) log."""
+        pod.restart_at = None
+        pod.restarts += 1
+        pod.proc = None
+        self._start_pod(pod)
+
+    def _past_backoff_limit(self, stage: list[PodRun]) -> list[PodRun]:
+        """The Job controller: the pods of a Job whose restarts reached its backoffLimit."""
+        out: list[PodRun] = []
+        for rjob in dict.fromkeys(p.rjob for p in stage):
+            pods = [p for p in stage if p.rjob == rjob and p.restart_policy == "OnFailure"]
+            active = [p for p in pods if p.exit_code is None]
+            if active and crashloop.past_backoff_limit(
+                [p.restarts for p in active], active[0].backoff_limit
+            ):
+                out += [p for p in active if p.restarts or p.restart_at is not None]
+        return out
+
+    def _delete_pods(self, job: JobRun) -> None:
+        """The Job controller deletes a failed Job's active pods; the JobSet deletes its other
+        active Jobs and the garbage collector their pods (restarts.py)."""
+        for pod in job.pods:
+            with self._lock:
+                self._pods.pop((pod.namespace, pod.name), None)
+            try:
+                self._retry(
+                    self.core.delete_namespaced_pod, pod.name, pod.namespace, grace_period_seconds=0
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    log.warning("deleting pod %s: %s", pod.name, e)
 
     def _create_pod(self, pod: PodRun) -> None:
         try:
@@ -1043,6 +1167,9 @@ class StandIn:
             (pod.cwd / "tmp").mkdir(exist_ok=True)
             penv["TMPDIR"] = str(pod.cwd / "tmp")  # a container's own /tmp
             penv.update(env)
+            # the image's packages, not the test venv's extras (image_packages.py)
+            penv.update(image_packages.env(str(c.get("image") or ""), self.workdir / "image-site",
+                                           pod.cwd, penv.get("PYTHONPATH", "")))  # fmt: skip
             # What a kubelet mounts at terminationMessagePath (/dev/termination-log).
             (pod.cwd / "termination-log").write_text("")
             penv["KF_JUPYTER_TERMINATION_LOG"] = str(pod.cwd / "termination-log")
@@ -1188,6 +1315,9 @@ class StandIn:
     ) -> None:
         c = pod.body["spec"]["containers"][0]
         cond = "True" if ready else "False"
+        if "running" in state:
+            state = {"running": {**state["running"],
+                     "containerID": crashloop.container_id(pod.name, pod.restarts)}}  # fmt: skip
         status = {
             "phase": phase,
             "hostIP": "127.0.0.1",
@@ -1204,9 +1334,10 @@ class StandIn:
                     "image": c["image"],
                     "imageID": "",
                     "ready": ready,
-                    "restartCount": 0,
+                    "restartCount": pod.restarts,
                     "started": "running" in state,
                     "state": state,
+                    **({"lastState": pod.last_state} if pod.last_state else {}),
                 }
             ],
         }
@@ -1421,11 +1552,14 @@ class _KubeletHandler(http.server.BaseHTTPRequestHandler):
             return self._error(404, f'pod "{name}" in namespace "{ns}" not found')
         if container != pod.container:
             return self._error(400, f'container "{container}" in pod "{name}" is not valid')
+        path = pod.log_path
         if q.get("previous") == "true":
-            return self._error(
-                400, f'previous terminated container "{container}" in pod "{name}" not found'
-            )
-        if not pod.log_path.exists():
+            if pod.last_log is None:  # lastState's container (restarts.py)
+                return self._error(
+                    400, f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+            path = pod.last_log
+        if not path.exists():
             reason = "CreateContainerConfigError" if pod.waiting else "ContainerCreating"
             return self._error(
                 400, f'container "{container}" in pod "{name}" is waiting to start: {reason}'
@@ -1436,7 +1570,7 @@ class _KubeletHandler(http.server.BaseHTTPRequestHandler):
         follow = q.get("follow") == "true"
         tail = int(q["tailLines"]) if "tailLines" in q else None
         try:
-            with pod.log_path.open("rb") as f:
+            with path.open("rb") as f:
                 data = f.read()
                 if tail is not None:
                     lines = data.splitlines(keepends=True)
@@ -1446,7 +1580,7 @@ class _KubeletHandler(http.server.BaseHTTPRequestHandler):
                     chunk = f.read(65536)
                     if chunk:
                         self.wfile.write(chunk)
-                    elif pod.done.is_set():
+                    elif pod.done.is_set() or path in pod.ended_logs:
                         rest = f.read()  # written between the last read and the exit
                         if rest:
                             self.wfile.write(rest)

@@ -22,6 +22,11 @@ STATUS_SERVICE = "https://kubeflow-trainer-controller-manager.kubeflow-system.sv
 STATUS_MOUNT = "/var/run/secrets/kubeflow/trainer"
 TOKEN_VOLUME = "kubeflow-trainer-token"
 TOKEN_EXPIRY = 3600
+# Trainer v2.3.0 feature gates (pkg/features/features.go:48): TrainJobStatus is alpha and off by
+# default, so a default cluster injects no KUBEFLOW_TRAINER_SERVER_* variables, token volume or
+# CA ConfigMap. The harness plays it off; a test turns it on with the `trainjob_status_gate`
+# fixture (tests/k8s_cluster/plugin.py).
+FEATURE_GATES: dict[str, bool] = {"TrainJobStatus": False}
 # constants.go:132-187
 SSH_VOLUME, SSH_SUFFIX = "mpi-ssh-auth", "-mpi-ssh-auth"
 HOSTFILE_VOLUME, HOSTFILE_SUFFIX, HOSTFILE_DIR = "mpi-hostfile", "-mpi-hostfile", "/etc/mpi"
@@ -187,8 +192,8 @@ def enforce_ml_policy(
                         ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
                     )
 
-    # trainjobstatus.go:76-99: every container of the trainer pod set
-    if trainer_rj is not None:
+    # trainjobstatus.go:76-99: every container of the trainer pod set (gate TrainJobStatus)
+    if trainer_rj is not None and FEATURE_GATES["TrainJobStatus"]:
         for c in _containers(trainer_rj, None):
             _env(
                 c,
@@ -349,5 +354,6 @@ def plugin_objects(
                 data={"hostfile": hostfile(tj, runtime, spec)},
             )
         )
-    out.append(obj("ConfigMap", f"{name}-tls-config", data={"ca.crt": ca_pem}))
+    if FEATURE_GATES["TrainJobStatus"]:
+        out.append(obj("ConfigMap", f"{name}-tls-config", data={"ca.crt": ca_pem}))
     return out

@@ -34,7 +34,7 @@ from ...errors import (
     ValidationError,
     WaitTimeoutError,
 )
-from ...failure import failure_from_pods, failure_text
+from ...failure import failure_from_pods, failure_text, short_message
 from ...progress import parse_time, parse_trainer_status
 from ...runtimes import Runtime
 from ...trainers import BaseTrainer
@@ -44,6 +44,17 @@ from . import workspace
 from .api import REQUEST_TIMEOUT
 from .errors import Where
 from .pods import POD_SELECTOR, newest_pods, pod_selector, pod_step
+from .restarts import (
+    FAILED_ANNOTATION,
+    STOP_ANNOTATION,
+    failed_annotation,
+    failure_records,
+    first_failed_run,
+    mark_stop_on_failure,
+    restart_note,
+    stopped_failure,
+    stopped_record,
+)
 from .runtimes import RuntimesMixin
 from .status import (
     DEADLINE_EXCEEDED,
@@ -52,6 +63,7 @@ from .status import (
     reconcile_failure,
     will_not_start,
 )
+from .trainer_packages import with_trainer_packages
 from .waiting import pods_phase
 from .watch import SYNC
 
@@ -94,7 +106,9 @@ class JobsMixin(RuntimesMixin):
         """The TrainJob `train` would create (runtime resolved on the cluster), creating nothing,
         and how many processes each node runs, and why."""
         rt = resolve_runtime_arg(self, trainer, runtime)
+        runtime_config = with_trainer_packages(trainer, runtime_config)
         job = build_trainjob(trainer, rt, runtime_config, options, backend=self)
+        mark_stop_on_failure(job, trainer)
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         fit_runtime_patches(job, kueue=self._serves_kueue)
         shape = job_shape(trainer, rt, job["metadata"]["name"])
@@ -141,7 +155,9 @@ class JobsMixin(RuntimesMixin):
     ) -> str:
         """Create the TrainJob; return its name."""
         rt = resolve_runtime_arg(self, trainer, runtime)
+        runtime_config = with_trainer_packages(trainer, runtime_config)
         job = build_trainjob(trainer, rt, runtime_config, options, backend=self)
+        mark_stop_on_failure(job, trainer)
         carrier = workspace.prepare(job, trainer, runtime_config, os.getcwd())
         fit_runtime_patches(job, kueue=self._serves_kueue)
         self._check_pod_security(job, rt)
@@ -188,7 +204,19 @@ class JobsMixin(RuntimesMixin):
         if status == CREATED and not reason and events:
             found = reconcile_failure(obj, events, _rjob_names(rt))
             reason, message = found or (reason, message)
-        failure = failure_from_pods(chosen) if status == FAILED else None
+        failure = None
+        if status == FAILED:  # the stop record first: the pods may be gone, or a later run's
+            failure = stopped_failure(obj) or failure_records(chosen) or failure_from_pods(chosen)
+        elif status in (CREATED, RUNNING) and chosen:
+            note = restart_note(chosen)  # restarted in place: the pod alone says Running
+            if note:
+                cause = failure_records(chosen)
+                reason = reason or "Restarting"
+                if cause is not None:
+                    note += (
+                        f": {cause.source} failed: {cause.exc_type}: {short_message(cause.message)}"
+                    )
+                message = note
         if spec.get("managedBy") == MULTIKUEUE_MANAGER and status == CREATED and not chosen:
             reason = "MultiKueue"
             message = (
@@ -207,7 +235,10 @@ class JobsMixin(RuntimesMixin):
             message = f"{failure_text(failure)}\n({message or reason})"
         completion = None
         if status in TERMINAL:
-            completion = parse_time(conditions(obj)[status].get("lastTransitionTime"))
+            cond = conditions(obj).get(status) or {}
+            completion = parse_time(
+                cond.get("lastTransitionTime") or (stopped_record(obj) or {}).get("time")
+            )
         return TrainJob(
             name=str(meta.get("name", "")),
             status=status,
@@ -281,6 +312,8 @@ class JobsMixin(RuntimesMixin):
         """One TrainJob with its steps (newest pod per replicated job and index)."""
         obj = self._get_trainjob(name)
         pods = self._list_pods(pod_selector(name))
+        # a reader too stops a job at its failed run (a sweep's driver polls get_job)
+        obj = self._stop_if_failed(obj, pods)
         runtimes = self._cached_runtimes() if self._needs_runtime(obj) else {}
         job = self._to_trainjob(obj, pods, runtimes)
         if _pods_missing(job):
@@ -347,6 +380,85 @@ class JobsMixin(RuntimesMixin):
         )
         log.info("%s TrainJob %s/%s", verb, self.namespace, name)
 
+    # -- a failed run when no restarts were asked (restarts.py) --------------------------------
+    def _keep_logs(self, obj: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        """Save the pods' logs before they are deleted (the logs mixin does)."""
+
+    def _stop_at_failure(
+        self, obj: dict[str, Any], source: str, run: dict[str, Any], pods: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """What a careful user does by hand when a rank fails and no restarts were wanted: keep
+        the logs, record the failed run on the TrainJob, and suspend it (its pods are deleted,
+        so the kubelet does not run the function again). A job under Kueue is not suspended
+        (Kueue resumes a suspended job it admitted): its record alone makes it Failed here."""
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name"))
+        self._keep_logs(obj, pods)
+        patch: dict[str, Any] = {
+            "metadata": {"annotations": {FAILED_ANNOTATION: failed_annotation(source, run)}}
+        }
+        if not (meta.get("labels") or {}).get(QUEUE_LABEL):
+            patch["spec"] = {"suspend": True}
+        patched = self._json(
+            Where("patch", TRAINJOB_PLURAL, self.namespace, name),
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            TRAINJOB_PLURAL,
+            name,
+            patch,
+        )
+        log.info("stopped TrainJob %s/%s: %s failed", self.namespace, name, source)
+        return patched
+
+    def _stop_if_failed(self, obj: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
+        """`obj`, stopped first when it asks to be at a failed run and its pods show one."""
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(STOP_ANNOTATION) != "true" or FAILED_ANNOTATION in annotations:
+            return obj
+        if job_status(obj, None, 1)[0] in TERMINAL:
+            return obj
+        found = first_failed_run(newest_pods(pods))
+        if found is None:
+            return obj
+        try:
+            return self._stop_at_failure(obj, found[0], found[1], pods)
+        except KFJupyterError as exc:
+            log.warning("stopping %s at its failed run: %s", obj["metadata"].get("name"), exc)
+            return obj
+
+    def _watch_for_failed_run(self, obj: dict[str, Any], deadline: float) -> Any:
+        """A thread that watches the job's pods and stops the job at its first failed run;
+        returns the pod watch (to close)."""
+        name = str((obj.get("metadata") or {}).get("name"))
+        pods_watch = self.pod_watch(pod_selector(name), deadline)
+
+        def follow() -> None:
+            seen: dict[str, dict[str, Any]] = {}
+            try:
+                for etype, payload in pods_watch:
+                    items = payload if etype == SYNC else [payload]
+                    if etype == SYNC:
+                        seen.clear()
+                    for pod in items:
+                        uid = str((pod.get("metadata") or {}).get("uid"))
+                        if etype == "DELETED":
+                            seen.pop(uid, None)
+                        else:
+                            seen[uid] = pod
+                    found = first_failed_run(list(seen.values()))
+                    if found is not None:
+                        fresh = self._get_trainjob(name)  # another reader may have stopped it
+                        if FAILED_ANNOTATION not in (fresh["metadata"].get("annotations") or {}):
+                            self._stop_at_failure(fresh, found[0], found[1], list(seen.values()))
+                        return
+            except KFJupyterError as exc:
+                log.warning("watching the pods of %s for a failed run: %s", name, exc)
+
+        threading.Thread(target=follow, name=f"kf-failed-run-{name}", daemon=True).start()
+        return pods_watch
+
     # -- waiting ----------------------------------------------------------------------------
     def wait_for_job_status(
         self,
@@ -377,6 +489,7 @@ class JobsMixin(RuntimesMixin):
         events = self.trainjob_event_watch(name, deadline)
         stuck: list[tuple[str, str]] = []
         follower: threading.Thread | None = None
+        pods_watch: Any = None  # the stop at a failed run (restarts.py)
 
         def follow_events(obj: dict[str, Any]) -> None:
             """The Trainer's reconcile failures and the Job controller's Pod Security refusals
@@ -411,6 +524,13 @@ class JobsMixin(RuntimesMixin):
                 if not runtimes and self._needs_runtime(obj):
                     runtimes = self._cached_runtimes()
                 job = self._to_trainjob(obj, None, runtimes)
+                annotations = (obj.get("metadata") or {}).get("annotations") or {}
+                if (
+                    pods_watch is None
+                    and annotations.get(STOP_ANNOTATION) == "true"
+                    and job.status not in TERMINAL
+                ):
+                    pods_watch = self._watch_for_failed_run(obj, deadline)
                 # while it has not started, follow its events too (a list and a watch)
                 if follower is None and job.status == CREATED and CREATED not in wanted:
                     follower = threading.Thread(
@@ -438,6 +558,8 @@ class JobsMixin(RuntimesMixin):
         finally:
             watch.close()
             events.close()
+            if pods_watch is not None:
+                pods_watch.close()
         if stuck:
             reason, message = stuck[0]
             raise JobFailedError(

@@ -11,6 +11,7 @@ the pod has ended). The generator ends when the job has ended and every reader h
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import queue
 import threading
@@ -23,6 +24,7 @@ from ...errors import (
     JobFailedError,
     JobNotFoundError,
     JobStateError,
+    KFJupyterError,
     ValidationError,
 )
 from ...logview import UPDATE, UPDATE_BYTES, collapse_cr, followed_line, log_lines, terminal_line
@@ -31,7 +33,9 @@ from ..base import human_records, tag_records
 from .api import REQUEST_TIMEOUT, KubeApi
 from .errors import Where, is_api_exception, retryable
 from .jobs import JobsMixin
+from .logstore import LogStore, attempt_header
 from .pods import newest_pods, pod_container, pod_selector, pod_source
+from .restarts import failed_runs, restart_count
 from .watch import BACKOFF_MAX, BACKOFF_START, SYNC, ObjectWatch, _close
 
 ENDED = ("Succeeded", "Failed")
@@ -44,6 +48,12 @@ def _terminal(obj: dict[str, Any]) -> bool:
         if c.get("type") in (COMPLETE, FAILED) and c.get("status") == "True":
             return True
     return False
+
+
+def _container_running(pod: dict[str, Any]) -> bool:
+    """The pod's trainer container is running (not terminated, not waiting to restart)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any((cs.get("state") or {}).get("running") for cs in statuses[:1])
 
 
 def _started(pod: dict[str, Any]) -> bool:
@@ -66,6 +76,8 @@ class _Reader(threading.Thread):
         self.container = pod_container(pod)
         self.source = pod_source(pod)[2]
         self.phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        self.restarts = restart_count(pod)  # the container a plain log read serves (restarts.py)
+        self.running = _container_running(pod)
         self.deleted = False
         self.cond = threading.Condition()
         self._version = 0
@@ -86,6 +98,8 @@ class _Reader(threading.Thread):
                 self.deleted = True
             else:
                 self.phase = str((pod.get("status") or {}).get("phase") or self.phase)
+                self.restarts = max(self.restarts, restart_count(pod))
+                self.running = _container_running(pod)
             self._version += 1
             self.cond.notify_all()
 
@@ -122,6 +136,7 @@ class _Reader(threading.Thread):
         lines = followed_line(text) if follow else [terminal_line(text)]
         self._shown = ""
         for line in lines:
+            self.f.keep(self.source, line)
             self.f.q.put(("line", LogRecord(self.source, line)))
 
     def _emit_update(self, partial: bytearray) -> None:
@@ -137,6 +152,38 @@ class _Reader(threading.Thread):
         if text.strip() and text != self._shown:
             self._shown = text
             self.f.q.put(("line", LogRecord(self.source, UPDATE + text)))
+
+    def _previous_rest(self, skip: int) -> None:
+        """The end of the container run that was restarted under a broken stream: its log is
+        now the previous one (`previous=true`), past the `skip` lines passed on."""
+        try:
+            resp = self.f.backend.core.read_namespaced_pod_log(
+                self.pod_name,
+                self.f.backend.namespace,
+                container=self.container,
+                previous=True,
+                _preload_content=False,
+                _request_timeout=(10, 120),
+            )
+            lines = resp.data.split(b"\n")
+        except Exception:
+            return  # gone with its pod: what was passed on is what there is
+        if lines and lines[-1] == b"":
+            lines.pop()
+        for raw in lines[skip:]:
+            self._emit(raw)
+
+    def _next_run(self, opened: int, clean: bool, pos: int) -> bool:
+        """After a stream ended: True when the container it read (the `opened`-th restart) has
+        been restarted since; then the next run's lines start from 0 under an attempt line."""
+        if self.restarts <= opened:
+            return False
+        if not clean and self.restarts == opened + 1:
+            self._previous_rest(pos)
+        line = attempt_header(self.source, self.restarts + 1)
+        self.f.keep(self.source, line)
+        self.f.q.put(("line", LogRecord(self.source, line)))
+        return True
 
     def _tail(self, n: int) -> int:
         """Pass on the last n lines logged so far; return how many lines exist (the offset)."""
@@ -165,6 +212,13 @@ class _Reader(threading.Thread):
         pos = 0  # complete lines passed on so far (the resume offset)
         backoff = BACKOFF_START
         tail = self.f.tail_lines
+        # A plain log read serves the container of the pod's restartCount (running, else
+        # terminated, else lastState's: kubelet validateContainerLogStatus); `opened` is it.
+        opened = self.restarts
+        if opened and tail is None:
+            line = attempt_header(self.source, opened + 1)
+            self.f.keep(self.source, line)
+            self.f.q.put(("line", LogRecord(self.source, line)))
         while not self.f.stop.is_set():
             skip, buf, clean = pos, bytearray(), False
             try:
@@ -172,6 +226,7 @@ class _Reader(threading.Thread):
                     pos = self._tail(tail)
                     tail = None
                     continue
+                opened = self.restarts
                 resp = self._open(follow=True)
                 for chunk in resp.stream(amt=None, decode_content=False):
                     buf += chunk  # a bytearray: a bar redrawn for hours costs its length
@@ -212,14 +267,27 @@ class _Reader(threading.Thread):
             if self.f.stop.is_set():
                 return
             ended = self.deleted or self.phase in ENDED
+            if clean and buf and skip == 0 and (ended or self.restarts > opened or not
+                                                self.running):  # fmt: skip
+                pos += 1
+                self._emit(buf)  # the last line had no newline (its container ended)
+                buf = bytearray()
             if clean and ended:
-                if buf and skip == 0:
-                    pos += 1
-                    self._emit(buf)  # the last line had no newline
                 return
             self.reconnects += 1
+            if self._next_run(opened, clean, pos):
+                pos = 0  # a new container: its log starts empty
+                continue
             if clean:
-                self._wait_change(CLEAN_END_WAIT)  # the pod's end has not reached us yet
+                # The pod's end, or (restartPolicy OnFailure) the container's restart, has not
+                # reached us yet: a container that ended is not read again from `pos` (the
+                # kubelet may serve the next run there by then), only a running one.
+                self._wait_change(CLEAN_END_WAIT)
+                while not (self.running or self.deleted or self.phase in ENDED
+                           or self.restarts > opened or self.f.stop.is_set()):  # fmt: skip
+                    self._wait_change(CLEAN_END_WAIT)
+                if self._next_run(opened, True, pos):
+                    pos = 0
             else:
                 self.f.stop.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
@@ -247,6 +315,28 @@ class LogFollower:
         self.job_done = False
         self.readers: dict[str, _Reader] = {}  # by pod uid
         self.running: set[_Reader] = set()
+        # the client's copy of every line followed from the start (logstore.py); lines read
+        # before the TrainJob (its uid) is known wait in `_early`
+        self.store: LogStore | None = None
+        self._early: list[tuple[str, str]] | None = [] if tail_lines is None else None
+        self._keep_lock = threading.Lock()
+
+    def keep(self, source: str, line: str) -> None:
+        """Copy a passed-on line into the job's kept logs (follows from the start only)."""
+        with self._keep_lock:
+            if self.store is not None:
+                self.store.append(source, line)
+            elif self._early is not None:
+                self._early.append((source, line))
+
+    def _open_store(self, obj: dict[str, Any]) -> None:
+        with self._keep_lock:
+            if self._early is None or self.store is not None or not obj:
+                return
+            self.store = LogStore.of(self.backend.namespace, obj)
+            for source, line in self._early:
+                self.store.append(source, line)
+            self._early = []
 
     def _wanted(self, pod: dict[str, Any]) -> bool:
         if self.step is None:
@@ -320,6 +410,8 @@ class LogFollower:
                         )
                     job_seen = True
                     obj = payload[0] if etype == SYNC and payload else payload
+                    if isinstance(obj, dict):
+                        self._open_store(obj)
                     ended = etype == "DELETED" or (etype == SYNC and not payload)
                     if (ended or _terminal(obj)) and not self.job_done:
                         self.job_done = True
@@ -339,6 +431,8 @@ class LogFollower:
             pod_watch.close()
             for reader in list(self.readers.values()):
                 reader.close()
+            if self.store is not None:
+                self.store.close()
 
 
 class LogsMixin(JobsMixin):
@@ -350,11 +444,15 @@ class LogsMixin(JobsMixin):
             return chosen
         return [p for p in chosen if pod_source(p)[2] == step or pod_source(p)[0] == step]
 
-    def _read_log(self, pod: dict[str, Any], tail_lines: int | None) -> list[str]:
+    def _read_log(
+        self, pod: dict[str, Any], tail_lines: int | None, previous: bool = False
+    ) -> list[str]:
         meta = pod["metadata"]
         kwargs: dict[str, Any] = {"container": pod_container(pod)}
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
+        if previous:
+            kwargs["previous"] = True
         try:
             resp = self.core.read_namespaced_pod_log(
                 meta["name"],
@@ -392,14 +490,68 @@ class LogsMixin(JobsMixin):
             return LogFollower(self, name, step, tail_lines, stop=stop).records()
         return self._static_records(name, step, tail_lines)
 
+    def _pod_runs(self, pod: dict[str, Any], tail_lines: int | None) -> list[str]:
+        """A pod's log; of a restarted container the previous run's too, under attempt lines."""
+        count = restart_count(pod)
+        previous: list[str] = []
+        if not count and failed_runs(pod):
+            # it failed and the kubelet may have restarted it at once since (the first restart
+            # has no back-off): then the failed run is the previous one
+            previous = self._read_log(pod, None, previous=True)
+            count = 1 if previous else 0
+        current = self._read_log(pod, tail_lines)
+        if not count:
+            return current
+        source = pod_source(pod)[2]
+        lines = [
+            *(
+                [attempt_header(source, count)] if count > 1 else []
+            ),  # the runs before are gone from the cluster
+            *(previous or self._read_log(pod, None, previous=True)),
+            attempt_header(source, count + 1),
+            *current,
+        ]
+        return lines[-tail_lines:] if tail_lines else ([] if tail_lines == 0 else lines)
+
     def _static_records(
         self, name: str, step: str | None, tail_lines: int | None
     ) -> Iterator[LogRecord]:
-        self._get_trainjob(name)  # JobNotFoundError first
-        for pod in self._select_pods(self._list_pods(pod_selector(name)), step):
+        obj = self._get_trainjob(name)  # JobNotFoundError first
+        store = LogStore.of(self.namespace, obj)
+        pods = self._select_pods(self._list_pods(pod_selector(name)), step)
+        have = set()
+        for pod in pods:
             source = pod_source(pod)[2]
-            for line in self._read_log(pod, tail_lines):
+            have.add(source)
+            kept = store.read(source) if restart_count(pod) else None
+            lines = self._pod_runs(pod, tail_lines)
+            if kept is not None and len(kept) > len(lines) and tail_lines is None:
+                lines = kept  # a follow saw more runs than the kubelet keeps
+            for line in lines:
                 yield LogRecord(source, line)
+        # pods that are gone (a Job that gave up, a job kf-jupyter stopped): the kept copy
+        for source in store.sources():
+            if source in have or (
+                step is not None and step not in (source, source.rsplit("-", 1)[0])
+            ):
+                continue
+            kept = store.read(source) or []
+            if tail_lines is not None:
+                kept = kept[-tail_lines:] if tail_lines else []
+            for line in kept:
+                yield LogRecord(source, line)
+
+    def _keep_logs(self, obj: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        """Save what the trainer pods still have (every run the kubelet keeps) before the job
+        is stopped and they are deleted."""
+        store = LogStore.of(self.namespace, obj)
+        with contextlib.suppress(KFJupyterError):  # fresher: the kubelet restarts at once
+            pods = self._list_pods(pod_selector(str(obj["metadata"]["name"])))
+        for pod in newest_pods(pods):
+            try:
+                store.save(pod_source(pod)[2], self._pod_runs(pod, None))
+            except KFJupyterError:
+                continue
 
     def log_sources(self, job: TrainJob, step: str | None) -> list[str]:
         """The sources a job's logs come from (node-0..N-1, the launcher of MPI jobs, ...)."""

@@ -19,6 +19,7 @@ from ...constants import (
 from ...progress import parse_time
 from ...types import COMPLETE, CREATED, FAILED, RUNNING, SUSPENDED
 from .pods import pod_phase, pod_source
+from .restarts import stopped_status
 from .waiting import waiting_reason
 
 
@@ -36,7 +37,8 @@ def job_status(
 ) -> tuple[str, str, str]:
     """(status, reason, message) of a TrainJob, as the SDK derives it.
 
-    Complete/Failed conditions win; then a suspended job (`suspension`); otherwise Running when every
+    Complete/Failed conditions win; then a job kf-jupyter stopped at a failed run (Failed,
+    `RankFailed`); then a suspended job (`suspension`); otherwise Running when every
     trainer node runs (from the pods when given, else from `status.jobsStatus`), else Created.
     """
     conds = conditions(obj)
@@ -44,6 +46,9 @@ def job_status(
         c = conds.get(ctype)
         if c and c.get("status") == "True":
             return ctype, str(c.get("reason") or ""), str(c.get("message") or "")
+    stopped = stopped_status(obj)  # kf-jupyter stopped it at a failed run (restarts.py)
+    if stopped is not None:
+        return stopped
     suspended = suspension(obj)
     if suspended is not None:
         return suspended
