@@ -60,12 +60,11 @@ from ...workspace import copy_into, local_outputs, snapshot_for
 from ..base import StatusCallback, human_records, resolve_runtime_arg, tag_records
 from . import gpus as gpu
 from . import index as job_index
+from . import ports, supervisor_host
 from . import supervisor as sv
-from . import supervisor_host
 from .config import LocalBackendConfig
 from .envs import env_python_of, satisfied
 from .logs import iter_records
-from .ports import free_port
 from .runtimes import canonical_name, check_emulable, find_runtime, local_runtimes
 from .status_endpoint import STATUS_FILE
 from .waker import JobWaker
@@ -110,6 +109,34 @@ def make_store_private(state_dir: Path) -> None:
                     os.chmod(path, stat.S_IMODE(mode) & ~0o077)
     with contextlib.suppress(OSError):
         os.close(sv.private_open(str(mark)))
+
+
+# The ports this process leased to the jobs it started, by job folder (issue 40).
+_PORT_LEASES: dict[Path, ports.Lease] = {}
+_PORT_LEASES_LOCK = threading.Lock()
+
+
+def _lease_port() -> ports.Lease:
+    """A port leased machine-wide for a new job, after giving back the leases of jobs whose
+    supervisor now holds its own port, or that are over."""
+    with _PORT_LEASES_LOCK:
+        for jd, lease in list(_PORT_LEASES.items()):
+            if _lease_done(jd, lease.port):
+                lease.close()
+                del _PORT_LEASES[jd]
+    try:
+        return ports.lease_port()
+    except ValueError as exc:  # a malformed KF_JUPYTER_PORT_RANGE
+        raise ValidationError(str(exc)) from None
+    except OSError as exc:
+        raise BackendError(f"The job could not get a rendezvous port: {exc}") from None
+
+
+def _lease_done(jd: Path, port: int) -> bool:
+    if ports.held_by_supervisor(port):
+        return True
+    st = sv.read_json(str(jd / "status.json")) if (jd / "status.json").exists() else None
+    return not isinstance(st, dict) or st.get("status") in TERMINAL
 
 
 def _reap_in_background(proc: subprocess.Popen[bytes]) -> None:
@@ -189,6 +216,7 @@ class LocalBackend:
         runtime_config: RuntimeConfig | None,
         options: Iterable[Any] | None,
         job_dir: Path | None = None,
+        lease: ports.Lease | None = None,
     ) -> tuple[dict[str, Any], LaunchPlan, Runtime, int]:
         if isinstance(runtime, str):
             runtime = canonical_name(runtime)
@@ -197,7 +225,10 @@ class LocalBackend:
         manifest = build_trainjob(trainer, rt, runtime_config, options, backend=self)
         name = manifest["metadata"]["name"]
         jd = job_dir or (self.jobs_dir / name)
-        port = free_port()
+        if lease is None:  # a preview: a port free now, given back at once
+            lease = _lease_port()
+            lease.close()
+        port = lease.port
         plan = build_launch_plan(manifest, trainer, rt, port, str(jd))
         return manifest, plan, rt, port
 
@@ -393,7 +424,28 @@ class LocalBackend:
         options: Iterable[Any] | None = None,
     ) -> str:
         """Start the job; return its name (it runs on after the kernel is gone)."""
-        manifest, plan, rt, _ = self._prepare(trainer, runtime, runtime_config, options)
+        lease = _lease_port()
+        try:
+            name = self._train(trainer, runtime, runtime_config, options, lease)
+        except BaseException:
+            lease.close()
+            raise
+        # Held until the job's supervisor holds the port itself or the job is over (ports.py).
+        with _PORT_LEASES_LOCK:
+            _PORT_LEASES[self.jobs_dir / name] = lease
+        return name
+
+    def _train(
+        self,
+        trainer: BaseTrainer,
+        runtime: Runtime | str | None,
+        runtime_config: RuntimeConfig | None,
+        options: Iterable[Any] | None,
+        lease: ports.Lease,
+    ) -> str:
+        manifest, plan, rt, _ = self._prepare(
+            trainer, runtime, runtime_config, options, None, lease
+        )
         name = manifest["metadata"]["name"]
         self._check_secrets(plan)
         self._check_mig(manifest)
@@ -428,7 +480,7 @@ class LocalBackend:
                 # the snapshot first on sys.path, so imports come from the submit-time copy.
                 cwd = snap.root
             return self._launch(
-                jd, manifest, plan, rt, python, provided, cwd, trainer, inventory, prepare
+                jd, manifest, plan, rt, python, provided, cwd, trainer, inventory, prepare, lease
             )
         except OSError as exc:
             shutil.rmtree(jd, ignore_errors=True)
@@ -578,6 +630,7 @@ class LocalBackend:
         trainer: BaseTrainer,
         inventory: list[dict[str, Any]] | None = None,
         prepare: dict[str, Any] | None = None,
+        lease: ports.Lease | None = None,
     ) -> str:
         name = plan.job_name
         for sub in ("logs", "tmp", "work"):
@@ -614,6 +667,7 @@ class LocalBackend:
                 direct[i] = {"direct": launch} if launch else {"direct_why": why}
         spawn = {
             "job": name,
+            "port": lease.port if lease is not None else None,  # the supervisor holds it too
             "cwd": cwd,
             "deadline_seconds": plan.deadline_seconds,
             "python": python,

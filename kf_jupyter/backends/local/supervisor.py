@@ -465,18 +465,41 @@ def error_records(job_dir: str) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: (float(r.get("time") or 0), int(r.get("rank") or 0)))
 
 
-def failure_of(job_dir: str) -> dict[str, Any] | None:
-    """The root cause as `types.Failure` fields: the earliest exception any rank reported."""
+def failure_of(job_dir: str, name: str | None = None) -> dict[str, Any] | None:
+    """The root cause as `types.Failure` fields: the earliest exception any rank reported.
+
+    With `name`, the process that failed: when its launcher (torchrun's "Root Cause", mpirun's
+    first "Process name") names a rank that reported nothing and whose log ended before the
+    earliest report, that rank failed first (a crash, `os._exit`) and the reports are what its
+    end caused in the others ("Connection closed by peer"): None, so the caller names that rank.
+    """
     records = error_records(job_dir)
     if not records:
         return None
     rec = records[0]
+    if name is not None and _silent_rank_first(job_dir, name, records):
+        return None
     return {
         "source": str(rec.get("source") or "Rank ?"),
         "exc_type": str(rec.get("exc_type")),
         "message": str(rec.get("message") or ""),
         "traceback": [str(x) for x in rec.get("traceback") or []],
     }
+
+
+def _silent_rank_first(job_dir: str, name: str, records: list[dict[str, Any]]) -> bool:
+    """Whether the rank `name`'s launcher saw fail first left no report and went quiet before
+    the earliest report (see failure_of)."""
+    logs = os.path.join(job_dir, "logs")
+    rank, _ = failed_rank(job_dir, {name: tail_text(os.path.join(logs, f"{name}.log"))})
+    if rank is None or any(str(r.get("rank")) == str(rank) for r in records):
+        return False
+    try:
+        quiet_since = os.stat(os.path.join(logs, f"rank-{rank}.log")).st_mtime
+        first = float(records[0].get("time") or 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return 0 < quiet_since <= first
 
 
 _TORCH_ROOT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
@@ -584,13 +607,13 @@ def failure_message(job_dir: str, name: str, code: int, program: str | None = No
             else (f"Rank {node.group(1)} failed ({code_text}).")
         )
         body = "\n".join(last_lines(proc_log)) or "(no output)"
-        cause = failure_of(job_dir)
+        cause = failure_of(job_dir, name)
         if cause is None:
             return (
                 f"{head} The other processes were stopped. Last lines of {name}.log:\n{body}\n"
                 "See every line with client.get_job_logs(name)."
             )
-    cause = failure_of(job_dir)
+    cause = failure_of(job_dir, name)
     if cause is not None:
         what = cause["exc_type"] + (f": {cause['message']}" if cause["message"] else "")
         return (
@@ -626,6 +649,29 @@ def failure_message(job_dir: str, name: str, code: int, program: str | None = No
 
 
 _SIBLINGS: dict[str, Any] = {}
+
+
+# The name ports.py leases a job's port under while its supervisor runs (the same string there).
+PORT_HOLD = "\0kf-jupyter/rendezvous-port/{port}/job"
+
+
+def hold_port(port: Any, tries: int = 50) -> Any:
+    """The supervisor's machine-wide hold on its job's rendezvous port (ports.py), kept until it
+    exits, so the port stays the job's when the kernel that chose it is gone; None without one.
+    A kernel probing the name at that instant is retried for a few milliseconds."""
+    if not isinstance(port, int) or port <= 0:
+        return None
+    import socket
+
+    for _ in range(tries):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(PORT_HOLD.format(port=port))
+            return s
+        except OSError:
+            s.close()
+            time.sleep(0.001)
+    return None
 
 
 def preload_siblings(modules: dict[str, Any]) -> None:
@@ -703,6 +749,7 @@ class Supervisor:
         self.status_env: dict[str, str] = {}
         self.gpus: Any = _load_sibling("gpus") if self.spec.get("gpus") else None
         self.gpu_plan: dict[str, list[dict[str, Any]]] = {}
+        self.port_hold: Any = None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.cancel_signal = signum
@@ -767,12 +814,40 @@ class Supervisor:
             append_event(self.job_dir, *e)
         finish_status(self.job_dir, status, reason, message, pending)
 
-    def _record_failure(self, name: str, code: int) -> None:
-        """Put the root cause (`failure` in status.json) beside the message."""
-        failure = failure_of(self.job_dir) or fallback_failure(
-            self.job_dir, name, code, self._program(name)
-        )
+    def _record_failure(self, name: str, code: int) -> str:
+        """Put the root cause (`failure` in status.json) beside the message; the message."""
+        taken = self._port_taken()
+        if taken is not None:
+            failure, message = taken
+        else:
+            failure = failure_of(self.job_dir, name) or fallback_failure(
+                self.job_dir, name, code, self._program(name)
+            )
+            message = failure_message(self.job_dir, name, code, self._program(name))
         self._update(lambda st: st.update(failure=failure))
+        return message
+
+    def _port_taken(self) -> tuple[dict[str, Any], str] | None:
+        """(failure, message) when a process failed because another program took the job's
+        rendezvous port before it listened (issue 40): that is the cause, not the rank."""
+        port = self.spec.get("port")
+        if not isinstance(port, int):
+            return None
+        texts = {}
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(os.path.join(self.job_dir, "logs")):
+                if entry.name.endswith(".log"):
+                    texts[entry.name[:-4]] = tail_text(entry.path)
+        message = _load_sibling("ports").taken_port_message(port, texts)
+        if message is None:
+            return None
+        failure = {
+            "source": "The job's rendezvous",
+            "exc_type": f"port {port} was taken by another program",
+            "message": "Nothing in your code failed: run the job again, it gets another port.",
+            "traceback": [message],
+        }
+        return failure, message
 
     def _logs_full(self) -> bool:
         free = free_bytes(os.path.join(self.job_dir, "logs"))
@@ -1201,10 +1276,13 @@ class Supervisor:
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.signal(signal.SIGUSR1, self._on_control)
+        self.port_hold = hold_port(self.spec.get("port"))
         make_reserve(self.reserve)
         try:
             return self._run(wake_r)
         finally:
+            if self.port_hold is not None:
+                self.port_hold.close()  # the job is over: its port is the machine's again
             self._let_go()  # after the end is written (or the job could not be followed)
             self._release_gpus()  # whatever way the job ended (a crash is reclaimed later)
             with contextlib.suppress(OSError):
@@ -1303,12 +1381,7 @@ class Supervisor:
             if bad:
                 name, code = bad[0]
                 self._stop_all()
-                self._record_failure(name, code)
-                self._finish(
-                    FAILED,
-                    REASON_FAILED,
-                    failure_message(self.job_dir, name, code, self._program(name)),
-                )
+                self._finish(FAILED, REASON_FAILED, self._record_failure(name, code))
                 return 1
             if len(self.exits) == len(self.procs):
                 self._stop_all()  # whatever the job left behind in its process groups
