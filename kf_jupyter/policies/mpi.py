@@ -125,6 +125,10 @@ class MPIPolicy(Policy):
                 "PRTE_MCA_hwloc_default_binding_policy": "none",
                 "PRTE_MCA_rmaps_default_mapping_policy": "slot:oversubscribe",
                 "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+                # the job's own port for DeepSpeed's MPI discovery (the runner makes it the
+                # default of deepspeed.init_distributed; on a cluster each pod has its own
+                # network and DeepSpeed's 29500 is the job's): two local jobs never share one
+                "KF_JUPYTER_MASTER_PORT": str(port),
             }
         )
         if hasattr(os, "geteuid") and os.geteuid() == 0:
