@@ -111,8 +111,8 @@ def _wait_all_ready(client, timeout: float = 300) -> None:
     """Every pool of the state folder that runs is ready (accepts launches)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        pools = [p for p in warm_pool.list_pools(client.backend.state_dir) if p.get("alive")]
-        if pools and all(p.get("state") == "ready" for p in pools):
+        pools = warm_pool.list_pools(client.backend.state_dir)  # one being launched included
+        if pools and all(p.get("alive") and p.get("state") == "ready" for p in pools):
             return
         time.sleep(0.05)
     raise AssertionError(f"the warm pools did not become ready in {timeout} s")
@@ -308,13 +308,17 @@ def test_pool_follows_packages_and_interpreter(client, tmp_path):
         client.wait_for_job_status(name, timeout=180)
         return json.loads((client.backend.job_dir(name) / "warm-node-0.json").read_text())
 
+    run()  # starts the pool; a job never waits for it (issue 34)
+    _wait_all_ready(client)
     first = run()
     second = run()
     assert first["warm"] and second["warm"] and first["pool_pid"] == second["pool_pid"]
     time.sleep(0.01)
     (site / "newpkg.py").write_text("VALUE = 1\n")  # "pip install": the folder changes
+    run()  # starts the new key's pool
+    _wait_all_ready(client)
     third = run()
-    assert third["pool_pid"] != first["pool_pid"]
+    assert third["warm"] and third["pool_pid"] != first["pool_pid"]
     env = {**os.environ, "PATH": os.environ.get("PATH", "")}
     other = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else None
     if other and os.path.realpath(other) != os.path.realpath(sys.executable):
