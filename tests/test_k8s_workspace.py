@@ -74,6 +74,7 @@ def _trainjobs(api: Any, namespace: str) -> list[Any]:
     return custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs")["items"]
 
 
+@pytest.mark.usefixtures("trainjob_status_gate")  # the token mount beside ours
 def test_two_node_job_imports_the_notebooks_module_on_the_cluster(
     backend: Any, k8s_standin: Any, k8s_cluster: Any, tmp_path: Any, monkeypatch: Any
 ) -> None:
