@@ -56,8 +56,6 @@ MAX_SPARE_NODES = 2
 MAX_SPARE_RANKS = 4
 #: A spare taken while nodes still run is replaced this long after the last launch at the latest.
 REFILL_SECONDS = 2.0
-#: A running pool imports what its jobs learned once no node has run for this long.
-LEARN_IDLE_SECONDS = 1.0
 
 
 def _subreaper():
@@ -504,11 +502,10 @@ class Zygote:
         return done
 
     def _learn_when_idle(self):
-        """A running pool imports what its jobs learned once no node runs, a second after the
-        last one ended (its spares, forked before, are replaced)."""
+        """A running pool imports what its jobs learned once no node runs and the last job's
+        end is recorded (when it would fork its next spares: this runs first, so the spares it
+        forks then have the modules; spares forked before are replaced)."""
         if self.children or self.ending or self.learned is None or self.cuda_why:
-            return
-        if time.monotonic() - self.last_active < LEARN_IDLE_SECONDS:
             return
         if not self.learned.log_changed():
             return
