@@ -43,8 +43,14 @@ def tree_of_supervisor(out_dir: str, wait_for: str = "") -> str:
         with open(os.path.join(job_dir, "status.json")) as fh:
             sup = psutil.Process(int(json.load(fh)["supervisor_pid"]))
         node = psutil.Process(os.getppid())
+        under = []
+        for p in sup.children(recursive=True):
+            try:
+                under.append(p.cmdline())
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):
+                continue  # a process that has just ended (a zombie) is not in the tree
         record = {
-            "under_supervisor": [p.cmdline() for p in sup.children(recursive=True)],
+            "under_supervisor": under,
             "node_pid": node.pid,
             "node_parent": " ".join(node.parent().cmdline()),
             "bash_env": os.environ.get("FROM_BASH_ENV"),
