@@ -180,3 +180,39 @@ def test_a_bad_launch_request_is_answered_and_the_pool_keeps_serving(tmp_path):
         assert reply(b"")["why"] == "bad launch request (short header)"
     finally:
         warm_pool.stop_all(state)
+
+
+def test_config_reaches_every_warm_setting_and_kf_pool_says_how(tmp_path, monkeypatch, capsys):
+    """`%config KubeflowMagics.warm_idle_seconds/warm_max_pools/warm_max_memory_mib` reach the
+    local backend the magics use (issue 34: only `warm` and `warm_prestart` did, so a notebook
+    under a 2 GiB limit could not lower the 4 GiB cap), and `%kf_pool` says so."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kf_jupyter.magics.core import KubeflowMagics
+
+    monkeypatch.setenv("KF_JUPYTER_STATE_DIR", str(tmp_path / "state"))
+    sh = InteractiveShell.instance()
+    sh.config.pop("KubeflowMagics", None)
+    magics = KubeflowMagics(shell=sh)
+    sh.register_magics(magics)
+    try:
+        sh.run_line_magic("config", "KubeflowMagics.warm_idle_seconds = 1800")
+        sh.run_line_magic("config", "KubeflowMagics.warm_max_pools = 1")
+        sh.run_line_magic("config", "KubeflowMagics.warm_max_memory_mib = 300")
+        config = magics.client("local").backend.config
+        assert (config.warm_idle_seconds, config.warm_max_pools, config.warm_max_memory_mib) == (
+            1800,
+            1,
+            300,
+        )
+        capsys.readouterr()
+        sh.run_line_magic("kf_pool", "")
+        out = capsys.readouterr().out
+        cap = warm_pool.effective_max_memory_mib(300)  # lower under a small container limit
+        assert "end after 1800 s idle" in out and f"at most 1 of them holding {cap:.0f} MiB" in out
+        for name in ("warm_idle_seconds", "warm_max_pools", "warm_max_memory_mib"):
+            assert f"%config KubeflowMagics.{name} = " in out
+        assert "%kf_pool --stop" in out
+    finally:
+        sh.config.pop("KubeflowMagics", None)
+        warm_pool.stop_all(tmp_path / "state")

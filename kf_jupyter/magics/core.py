@@ -331,6 +331,17 @@ class KubeflowMagics(Magics):
     warm_prestart = Bool(
         True, help="local: start the torch pool when the extension loads (if torch is installed)"
     ).tag(config=True)
+    warm_idle_seconds = Float(
+        600.0, help="local: a warm pool process ends after this long without a launch"
+    ).tag(config=True)
+    warm_max_pools = Int(3, help="local: at most this many warm pool processes at once").tag(
+        config=True
+    )
+    warm_max_memory_mib = Float(
+        4096.0,
+        help="local: the warm pools' memory together stays under this (and under a quarter of "
+        "the container's memory limit)",
+    ).tag(config=True)
     runtime_config = AnyTrait(None, help="session RuntimeConfig (set by %kf_config)")
     options = AnyTrait(None, help="session options list (set by %kf_config)")
 
@@ -350,7 +361,7 @@ class KubeflowMagics(Magics):
         key = (
             (backend, namespace, self.kubeconfig, self.context)
             if backend == "kubernetes"
-            else (backend, None, None, str(self.warm))
+            else (backend, None, None, repr(self.warm_settings()))
         )
         if key not in self._clients:
             from ..client import TrainerClient
@@ -366,8 +377,17 @@ class KubeflowMagics(Magics):
             else:
                 from ..backends.local.config import LocalBackendConfig
 
-                self._clients[key] = TrainerClient(LocalBackendConfig(warm=self.warm))
+                self._clients[key] = TrainerClient(LocalBackendConfig(**self.warm_settings()))
         return self._clients[key]
+
+    def warm_settings(self) -> dict[str, Any]:
+        """The warm settings of `%config KubeflowMagics.…`, as LocalBackendConfig takes them."""
+        return {
+            "warm": self.warm,
+            "warm_idle_seconds": self.warm_idle_seconds,
+            "warm_max_pools": self.warm_max_pools,
+            "warm_max_memory_mib": self.warm_max_memory_mib,
+        }
 
     def use_widgets(self) -> bool:
         """A widget frontend is there (a kernel with ipywidgets), unless `widgets` says otherwise."""
@@ -1244,9 +1264,12 @@ class KubeflowMagics(Magics):
             print("\n".join(learned))
         print(
             "Change: %config KubeflowMagics.warm = False (warm starts off), "
-            "%config KubeflowMagics.warm_prestart = False (no pools at %load_ext); "
-            "LocalBackendConfig(warm_idle_seconds=, warm_max_pools=, warm_max_memory_mib=) "
-            "for a TrainerClient of your own. `%kf_pool --stop` stops every pool now."
+            "%config KubeflowMagics.warm_prestart = False (no pools at %load_ext), "
+            "%config KubeflowMagics.warm_idle_seconds = 1800, "
+            "%config KubeflowMagics.warm_max_pools = 2, "
+            "%config KubeflowMagics.warm_max_memory_mib = 1024 (LocalBackendConfig(...) takes "
+            "the same names for a TrainerClient of your own). "
+            "`%kf_pool --stop` stops every pool now."
         )
         cold = warm_pool.recent_cold(backend.state_dir)
         if cold:

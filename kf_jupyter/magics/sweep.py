@@ -266,7 +266,7 @@ def optimizer_for(magics: Any, backend: str, namespace: str | None) -> Any:
         )
     from ..backends.local.config import LocalBackendConfig
 
-    return OptimizerClient(LocalBackendConfig(warm=magics.warm))
+    return OptimizerClient(LocalBackendConfig(**magics.warm_settings()))
 
 
 def _dry_run(plan: SweepPlan, backend: str, runtime: str, argv: list[str], script: bool) -> None:
