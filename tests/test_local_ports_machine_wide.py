@@ -83,6 +83,11 @@ def _run_workers(tmp_path: Path, n: int, jobs: int, port_range: str, warm_every:
 
 
 @pytest.mark.slow
+@pytest.mark.reliability(
+    scenario="3 processes with their own state folders run 6 back-to-back torch jobs each at "
+    "once (cold and warm) on 4 ports (KF_JUPYTER_PORT_RANGE): no job fails on a port",
+    area="local",
+)
 def test_jobs_from_several_processes_never_take_each_others_port(tmp_path: Path) -> None:
     # Three processes, each with its own state folder (as two users, or two kernels with their
     # own folders, would have): nothing but the machine is shared. Four ports for three
@@ -154,6 +159,11 @@ def test_a_port_taken_by_another_program_is_the_cause_in_one_sentence() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.reliability(
+    scenario="another program listens on a job's rendezvous port before the job does: the job "
+    "fails naming the taken port in one sentence, not a rank's EADDRINUSE",
+    area="local",
+)
 def test_a_job_whose_port_another_program_took_fails_saying_so(client, monkeypatch) -> None:
     # Another program listens on the port the job was given, before the job could (the window
     # no lease can close: it is not kf-jupyter).
