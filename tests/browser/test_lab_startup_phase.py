@@ -59,6 +59,7 @@ def held(lab: dict, tmp_path: Path) -> Iterator[tuple[Any, str, Path]]:
 
     gate = tmp_path / "gate"
     client = TrainerClient(LocalBackendConfig(state_dir=lab["state"]))
+    _torch_pool_ready(client)
     name = client.train(
         TorchTrainer(func=held_then_ticks, func_args={"gate": str(gate)}, num_proc_per_node=2)
     )
@@ -67,6 +68,24 @@ def held(lab: dict, tmp_path: Path) -> Iterator[tuple[Any, str, Path]]:
     finally:
         gate.touch()
         client.delete_job(name)
+
+
+def _torch_pool_ready(client: Any, timeout: float = 300) -> None:
+    """The torch pool of the lab's store accepts launches, as a while after `%load_ext`: the
+    job starts warm (a first job whose pool still imports starts cold, and torchrun's banner is
+    then its first line, so the view rightly shows output instead of the held phase)."""
+    import time
+
+    from kf_jupyter.backends.local.warm import pool as warm_pool
+
+    client.backend.prestart_pool("torch")
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        pools = warm_pool.list_pools(client.backend.state_dir)
+        if pools and all(p.get("alive") and p.get("state") == "ready" for p in pools):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the torch pool did not become ready in {timeout} s")
 
 
 def _monitor_shows_held(page: Any, client: Any, name: str, shot: str, what: str) -> Any:
