@@ -8,6 +8,7 @@ so any process that sees the state directory sees the same jobs. See docs/local-
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -111,9 +112,18 @@ def make_store_private(state_dir: Path) -> None:
         os.close(sv.private_open(str(mark)))
 
 
-# The ports this process leased to the jobs it started, by job folder (issue 40).
+# The ports this process leased to the jobs it started, by job folder (issue 40); given back
+# when the process ends (the job's supervisor holds its own).
 _PORT_LEASES: dict[Path, ports.Lease] = {}
 _PORT_LEASES_LOCK = threading.Lock()
+
+
+@atexit.register
+def _give_back_leases() -> None:
+    with _PORT_LEASES_LOCK:
+        for lease in _PORT_LEASES.values():
+            lease.close()
+        _PORT_LEASES.clear()
 
 
 def _lease_port() -> ports.Lease:
