@@ -19,6 +19,7 @@ import io
 import os
 import re
 import stat
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -662,12 +663,21 @@ def archive(snap: Snapshot) -> bytes:
             total += len(data)
             info = tarfile.TarInfo(f.path)
             info.size = len(data)
-            st = os.stat(path)
-            info.mode = _private_mode(st.st_mode)
-            info.mtime = int(st.st_mtime)
+            st = _stat_now(path)
+            info.mode = _private_mode(st.st_mode) if st is not None else 0o600
+            info.mtime = int(st.st_mtime if st is not None else time.time())
             tar.addfile(info, io.BytesIO(data))
     _check_unchanged_size(snap, total)
     return buf.getvalue()
+
+
+def _stat_now(path: str) -> os.stat_result | None:
+    """The file's stat now; None when it was removed since it was read (what was read ships,
+    owner-only, as a file removed during a copy should not fail the job)."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
 
 
 def _private_mode(mode: int) -> int:
@@ -694,12 +704,14 @@ def copy_into(snap: Snapshot, dest: str | os.PathLike[str]) -> None:
         src = os.path.join(snap.root, f.path)
         target = out / f.path
         folder(target.parent)
-        st = os.stat(src)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _private_mode(st.st_mode))
+        st = _stat_now(src)
+        mode = _private_mode(st.st_mode) if st is not None else 0o600
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(f.data)
-        os.chmod(target, _private_mode(st.st_mode))  # whatever the umask
-        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.chmod(target, mode)  # whatever the umask
+        if st is not None:
+            os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
     folder(out)
 
 
@@ -731,7 +743,8 @@ def _shipped(snap: Snapshot) -> Iterable[_Read]:
     if late:
         warnings.warn(
             f"kf-jupyter: {len(late)} workspace file(s) changed since they were listed and are "
-            f"not shipped (a link out, a special file, or a credential now): {', '.join(late[:5])}",
+            "not shipped (removed, or a link out, a special file or a credential now): "
+            f"{', '.join(late[:5])}",
             WorkspaceSecretWarning,
             stacklevel=3,
         )

@@ -8,7 +8,9 @@ change the running job; an over-limit workspace submits nothing.
 
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -452,3 +454,47 @@ def test_local_copy_is_owner_only_and_keeps_executables(tmp_path):
     mode = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "copy").rglob("*")}
     assert mode["run.sh"] == 0o700 and mode["m.py"] == 0o600 and mode["sub"] == 0o700
     assert (tmp_path / "copy").stat().st_mode & 0o777 == 0o700
+
+
+def test_files_removed_while_the_workspace_is_copied_do_not_fail_the_job(tmp_path, monkeypatch):
+    """Another process removes files of the notebook's folder while a job's copy is made (its
+    own jobs' folders, a training run's checkpoints): one removed before it is read is left out
+    with the warning, one removed right after it was read ships as read. Before: a raw
+    FileNotFoundError from train()."""
+    import warnings
+
+    from kf_jupyter import workspace
+    from kf_jupyter.workspace import WorkspaceSecretWarning, copy_into
+
+    nb = make_notebook_folder(tmp_path / "nb")
+    for name in ("gone_before.py", "gone_after.py", "kept.py"):
+        (nb / name).write_text(f"NAME = {name!r}\n")
+    snap = take_snapshot(Workspace(), str(nb))
+    (nb / "gone_before.py").unlink()
+    real = workspace.read_shipped
+
+    def read_then_removed(root: str, rel: str, budget: int) -> bytes:
+        data = real(root, rel, budget)
+        if rel == "gone_after.py":
+            os.unlink(os.path.join(root, rel))
+        return data
+
+    monkeypatch.setattr(workspace, "read_shipped", read_then_removed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        copy_into(snap, tmp_path / "copy")
+    shipped = {p.name for p in (tmp_path / "copy").rglob("*.py")}
+    assert {"gone_after.py", "kept.py"} <= shipped and "gone_before.py" not in shipped
+    assert (tmp_path / "copy" / "gone_after.py").read_text() == "NAME = 'gone_after.py'\n"
+    assert (tmp_path / "copy" / "gone_after.py").stat().st_mode & 0o777 == 0o600
+    said = [str(w.message) for w in caught if issubclass(w.category, WorkspaceSecretWarning)]
+    assert said and "removed" in said[0] and "gone_before.py" in said[0]
+    # the cluster's archive of the same snapshot, with the same removals
+    (nb / "gone_after.py").write_text("NAME = 'gone_after.py'\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        packed = workspace.archive(snap)
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
+        names = tar.getnames()
+        assert "gone_after.py" in names and "gone_before.py" not in names
+        assert tar.getmember("gone_after.py").mode == 0o600
