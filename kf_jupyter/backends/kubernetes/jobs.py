@@ -368,7 +368,12 @@ class JobsMixin(RuntimesMixin):
                 "admits it. Look at the queue with kubectl get localqueue, workloads."
             )
         patch = suspend_patch(suspend)
-        self._json(
+        self._patch_trainjob(name, patch)
+        log.info("%s TrainJob %s/%s", verb, self.namespace, name)
+
+    def _patch_trainjob(self, name: str, patch: dict[str, Any]) -> Any:
+        """Merge-patch TrainJob `name` in this namespace; the object the API server returns."""
+        return self._json(
             Where("patch", TRAINJOB_PLURAL, self.namespace, name),
             self.custom.patch_namespaced_custom_object,
             GROUP,
@@ -378,7 +383,6 @@ class JobsMixin(RuntimesMixin):
             name,
             patch,
         )
-        log.info("%s TrainJob %s/%s", verb, self.namespace, name)
 
     # -- a failed run when no restarts were asked (restarts.py) --------------------------------
     def _keep_logs(self, obj: dict[str, Any], pods: list[dict[str, Any]]) -> None:
@@ -399,16 +403,7 @@ class JobsMixin(RuntimesMixin):
         }
         if not (meta.get("labels") or {}).get(QUEUE_LABEL):
             patch["spec"] = {"suspend": True}
-        patched = self._json(
-            Where("patch", TRAINJOB_PLURAL, self.namespace, name),
-            self.custom.patch_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            self.namespace,
-            TRAINJOB_PLURAL,
-            name,
-            patch,
-        )
+        patched = self._patch_trainjob(name, patch)
         log.info("stopped TrainJob %s/%s: %s failed", self.namespace, name, source)
         return patched
 
